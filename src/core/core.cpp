@@ -1,0 +1,302 @@
+// Core vocabulary: dtype names, status strings, layouts, SKU printing, DLPack, Target.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "baracuda/core/dlpack.hpp"
+#include "baracuda/core/dtype.hpp"
+#include "baracuda/core/preference.hpp"
+#include "baracuda/core/sku.hpp"
+#include "baracuda/core/status.hpp"
+#include "baracuda/core/tensor.hpp"
+
+namespace baracuda {
+
+namespace {
+struct DTypeRow {
+  DType t;
+  const char* name;
+  int bits;
+  char kind;
+};
+constexpr DTypeRow kDTypeRows[] = {
+#define BARACUDA_X(e, n, b, k) {DType::e, n, b, #k[0]},
+    BARACUDA_DTYPES(BARACUDA_X)
+#undef BARACUDA_X
+};
+const DTypeRow& row(DType t) { return kDTypeRows[static_cast<int>(t)]; }
+}  // namespace
+
+std::string_view name(DType t) { return row(t).name; }
+int size_in_bits(DType t) { return row(t).bits; }
+bool is_floating(DType t) { return row(t).kind == 'F'; }
+bool is_complex(DType t) { return row(t).kind == 'C'; }
+bool is_integral(DType t) { return row(t).kind == 'I' || row(t).kind == 'U'; }
+bool is_packed(DType t) { return row(t).kind == 'P'; }
+
+std::optional<DType> dtype_from_name(std::string_view s) {
+  for (const auto& r : kDTypeRows) {
+    if (s == r.name) return r.t;
+  }
+  static constexpr std::pair<std::string_view, DType> kShort[] = {
+#define BARACUDA_X(e, n, b, k) {#e, DType::e},
+      BARACUDA_DTYPES(BARACUDA_X)
+#undef BARACUDA_X
+      {"bool", DType::b8}, {"half", DType::f16}, {"float", DType::f32}, {"double", DType::f64},
+  };
+  for (const auto& [k, v] : kShort)
+    if (s == k) return v;
+  return std::nullopt;
+}
+
+const char* to_string(Status s) {
+  switch (s) {
+    case Status::Ok: return "Ok";
+    case Status::InvalidProblem: return "InvalidProblem";
+    case Status::Unsupported: return "Unsupported";
+    case Status::MisalignedOperand: return "MisalignedOperand";
+    case Status::BufferTooSmall: return "BufferTooSmall";
+    case Status::WorkspaceTooSmall: return "WorkspaceTooSmall";
+    case Status::BackendError: return "BackendError";
+    case Status::CudaError: return "CudaError";
+    case Status::NoDevice: return "NoDevice";
+  }
+  return "?";
+}
+
+const char* to_string(Backend b) {
+  switch (b) {
+    case Backend::Any: return "any";
+    case Backend::Native: return "native";
+    case Backend::CuBlasLt: return "cublaslt";
+    case Backend::CuDnn: return "cudnn";
+    case Backend::CuFft: return "cufft";
+    case Backend::CuSolver: return "cusolver";
+    case Backend::CuRand: return "curand";
+    case Backend::CuSparse: return "cusparse";
+    case Backend::Nccl: return "nccl";
+    case Backend::Cutlass: return "cutlass";
+  }
+  return "?";
+}
+
+// ---- Layout ----------------------------------------------------------------------------------
+int64_t Layout::numel() const {
+  int64_t n = 1;
+  for (int d = 0; d < rank; ++d) n *= shape[d];
+  return n;
+}
+
+bool Layout::is_contiguous() const {
+  int64_t expect = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    if (stride[d] != expect) return false;
+    expect *= shape[d];
+  }
+  return true;
+}
+
+Layout Layout::contiguous(int r, const int64_t* s) {
+  Layout l;
+  l.rank = r;
+  int64_t st = 1;
+  for (int d = r - 1; d >= 0; --d) {
+    l.shape[d] = s[d];
+    l.stride[d] = st;
+    st *= std::max<int64_t>(s[d], 1);
+  }
+  return l;
+}
+
+Layout Layout::contiguous(std::initializer_list<int64_t> s) {
+  return contiguous(static_cast<int>(s.size()), s.begin());
+}
+
+void Layout::extent(int64_t* lo, int64_t* hi) const {
+  *lo = 0;
+  *hi = 0;
+  if (numel() == 0) return;
+  int64_t l = 0, h = 0;
+  for (int d = 0; d < rank; ++d) {
+    const int64_t span = (shape[d] - 1) * stride[d];
+    if (span < 0) l += span;
+    else h += span;
+  }
+  *lo = l;
+  *hi = h + 1;
+}
+
+bool Layout::has_zero_stride() const {
+  for (int d = 0; d < rank; ++d)
+    if (shape[d] > 1 && stride[d] == 0) return true;
+  return false;
+}
+
+bool Layout::has_internal_overlap() const {
+  // Sort the non-trivial dims by |stride|; the layout is overlap-free if every stride exceeds
+  // the span of all smaller-stride dims (a sufficient test, exact for the usual layouts).
+  int64_t st[kMaxRank], sz[kMaxRank];
+  int n = 0;
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] <= 1) continue;
+    st[n] = stride[d] < 0 ? -stride[d] : stride[d];
+    sz[n] = shape[d];
+    ++n;
+  }
+  for (int i = 1; i < n; ++i)
+    for (int j = i; j > 0 && st[j] < st[j - 1]; --j) {
+      std::swap(st[j], st[j - 1]);
+      std::swap(sz[j], sz[j - 1]);
+    }
+  int64_t span = 0;  // max offset reachable with dims before i
+  for (int i = 0; i < n; ++i) {
+    if (st[i] == 0 || st[i] <= span) return true;
+    span += (sz[i] - 1) * st[i];
+  }
+  return false;
+}
+
+static std::string join(const std::array<int64_t, kMaxRank>& v, int n, char open, char close) {
+  std::ostringstream os;
+  os << open;
+  for (int d = 0; d < n; ++d) os << (d ? ", " : "") << v[d];
+  os << close;
+  return os.str();
+}
+std::string Layout::shape_str() const { return join(shape, rank, '[', ']'); }
+std::string Layout::stride_str() const { return join(stride, rank, '(', ')'); }
+
+TensorRef make_ref(const void* data, DType dt, std::initializer_list<int64_t> shape) {
+  return TensorRef{data, dt, Layout::contiguous(shape)};
+}
+TensorMut make_mut(void* data, DType dt, std::initializer_list<int64_t> shape) {
+  return TensorMut{data, dt, Layout::contiguous(shape)};
+}
+
+// ---- SKU ------------------------------------------------------------------------------------
+std::string PrecisionGuarantee::to_string() const {
+  std::ostringstream os;
+  os << "math=" << name(math) << " acc=" << name(accumulator)
+     << (deterministic ? " deterministic" : " nondeterministic") << (bit_stable ? " bit-stable" : "");
+  if (!note.empty()) os << " (" << note << ")";
+  return os.str();
+}
+
+std::string KernelSku::to_string() const {
+  std::ostringstream os;
+  os << category << "/" << op << " " << dtypes << " [" << baracuda::to_string(backend);
+  if (!arch.empty()) os << " " << arch;
+  if (!layout.empty()) os << " " << layout;
+  if (!epilogue.empty()) os << " +" << epilogue;
+  os << "] " << precision.to_string();
+  return os.str();
+}
+
+// ---- Target ---------------------------------------------------------------------------------
+Result<Target> Target::current() {
+  int dev = -1;
+  cudaError_t e = cudaGetDevice(&dev);
+  int count = 0;
+  if (e == cudaSuccess) e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return make_error(Status::NoDevice, std::string("Target::current: no CUDA device (") +
+                                            (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
+  }
+  cudaDeviceProp prop{};
+  e = cudaGetDeviceProperties(&prop, dev);
+  if (e != cudaSuccess) return make_error(Status::CudaError, std::string("Target::current: ") + cudaGetErrorString(e));
+  return Target{dev, prop.major * 10 + prop.minor, prop.multiProcessorCount};
+}
+
+// ---- DLPack ---------------------------------------------------------------------------------
+namespace dlpack {
+
+Result<DType> to_dtype(DataType dt) {
+  auto bad = [&] {
+    return make_error(Status::Unsupported, "dlpack: dtype code=" + std::to_string(dt.code) + " bits=" +
+                                               std::to_string(dt.bits) + " lanes=" + std::to_string(dt.lanes) +
+                                               " has no baracuda equivalent");
+  };
+  if (dt.lanes != 1) return bad();
+  switch (dt.code) {
+    case kDLInt:
+      switch (dt.bits) { case 8: return DType::s8; case 16: return DType::s16; case 32: return DType::s32; case 64: return DType::s64; case 4: return DType::s4; }
+      break;
+    case kDLUInt:
+      switch (dt.bits) { case 8: return DType::u8; case 32: return DType::u32; case 4: return DType::u4; case 1: return DType::b8; }
+      break;
+    case kDLFloat:
+      switch (dt.bits) { case 16: return DType::f16; case 32: return DType::f32; case 64: return DType::f64; }
+      break;
+    case kDLBfloat:
+      if (dt.bits == 16) return DType::bf16;
+      break;
+    case kDLComplex:
+      if (dt.bits == 64) return DType::c64;
+      if (dt.bits == 128) return DType::c128;
+      break;
+    case kDLBool:
+      if (dt.bits == 8) return DType::b8;
+      break;
+    case kDLFloat8_e4m3fn:
+      if (dt.bits == 8) return DType::f8e4m3;
+      break;
+    case kDLFloat8_e5m2:
+      if (dt.bits == 8) return DType::f8e5m2;
+      break;
+    default: break;
+  }
+  return bad();
+}
+
+DataType from_dtype(DType t) {
+  const uint8_t bits = static_cast<uint8_t>(size_in_bits(t));
+  switch (t) {
+    case DType::f64: case DType::f32: case DType::f16: return {kDLFloat, bits, 1};
+    case DType::bf16: return {kDLBfloat, 16, 1};
+    case DType::f8e4m3: return {kDLFloat8_e4m3fn, 8, 1};
+    case DType::f8e5m2: return {kDLFloat8_e5m2, 8, 1};
+    case DType::s8: case DType::s16: case DType::s32: case DType::s64: case DType::s4: return {kDLInt, bits, 1};
+    case DType::u8: case DType::u32: case DType::u4: return {kDLUInt, bits, 1};
+    case DType::b8: return {kDLBool, 8, 1};
+    case DType::c64: case DType::c128: return {kDLComplex, bits, 1};
+  }
+  return {kDLFloat, 32, 1};
+}
+
+Result<TensorMut> to_tensor(const Tensor& t) {
+  if (t.ndim < 0 || t.ndim > kMaxRank)
+    return make_error(Status::Unsupported, "dlpack: ndim must be in [0, 8], got " + std::to_string(t.ndim));
+  auto dt = to_dtype(t.dtype);
+  if (!dt) return dt.error();
+  const int esize = size_in_bytes(*dt);
+  if (t.byte_offset % static_cast<uint64_t>(esize) != 0)
+    return make_error(Status::MisalignedOperand, "dlpack: byte_offset " + std::to_string(t.byte_offset) +
+                                                     " is not a multiple of the element size " + std::to_string(esize));
+  TensorMut m;
+  m.data = static_cast<char*>(t.data) + t.byte_offset;
+  m.dtype = *dt;
+  m.layout.rank = t.ndim;
+  for (int d = 0; d < t.ndim; ++d) m.layout.shape[d] = t.shape[d];
+  if (t.strides) {
+    for (int d = 0; d < t.ndim; ++d) m.layout.stride[d] = t.strides[d];
+  } else {
+    m.layout = Layout::contiguous(t.ndim, t.shape);
+  }
+  return m;
+}
+
+Tensor from_tensor(const TensorRef& t, Device dev, int64_t* shape, int64_t* strides) {
+  for (int d = 0; d < t.rank(); ++d) {
+    shape[d] = t.size(d);
+    strides[d] = t.stride(d);
+  }
+  return Tensor{const_cast<void*>(t.data), dev, t.rank(), from_dtype(t.dtype), shape, strides, 0};
+}
+
+}  // namespace dlpack
+}  // namespace baracuda

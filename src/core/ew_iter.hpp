@@ -1,0 +1,43 @@
+// The elementwise engine's host half (ATen's TensorIterator idea): expands every operand to
+// the output shape (stride 0 = broadcast), drops size-1 dims, orders dims by the output's
+// strides, merges dims that are contiguous for every operand, and decides which kernel variant
+// can run (vectorized contiguous, strided 32-bit, strided 64-bit). Plain C++, shared by the
+// plan (.cpp) and the kernels (.cu).
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "baracuda/core/status.hpp"
+#include "baracuda/core/tensor.hpp"
+
+namespace baracuda::detail {
+
+inline constexpr int kEwMaxOps = 8;  // outputs first, then inputs
+
+struct EwParams {
+  double d[4];
+  float f[4];
+};
+
+struct EwIter {
+  int nops = 0;
+  int nout = 0;
+  int rank = 0;  // after coalescing; dim 0 is the innermost
+  int64_t numel = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t stride[kEwMaxOps][kMaxRank] = {};  // elements
+  void* ptr[kEwMaxOps] = {};
+  int elem_bytes[kEwMaxOps] = {};
+  bool contiguous = false;  // rank <= 1 and every operand has stride 1 or 0 (scalar)
+  uint32_t scalar_mask = 0; // bit k: operand k is one element broadcast everywhere
+  bool aligned16 = false;   // every non-scalar pointer is 16-byte aligned
+  bool fits_i32 = false;    // numel and every operand's offsets < 2^31
+};
+
+/// Builds the iteration. `keep_order` preserves the logical row-major order (generators need
+/// the logical linear index). Operand layouts must already be validated (shapes broadcastable
+/// to `out_shape`, non-negative strides).
+EwIter make_ew_iter(std::span<const TensorMut> outs, std::span<const TensorRef> ins, int out_rank,
+                    const int64_t* out_shape, bool keep_order);
+
+}  // namespace baracuda::detail

@@ -1,0 +1,171 @@
+// Turns rows of elementwise_ops.def into registry entries: for each op of one group and each
+// dtype its row declares, instantiates the engine with the op's functor. Included by the small
+// per-group translation units, so the build parallelises across groups.
+#pragma once
+#include <cuda/std/tuple>
+#include <utility>
+#include <vector>
+
+#include "kernels/common/elementwise.cuh"
+#include "ops/elementwise/ew_registry.hpp"
+#include "ops/elementwise/functors.cuh"
+
+namespace baracuda::detail {
+
+using kern::convert;
+using kern::load_as_opmath;
+using kern::opmath_t;
+using kern::storage_t;
+
+enum class EwGroup { math, act, bin, cmp, tern, cast, gen };
+
+template <class T, uint32_t BoolIn, int NIN>
+struct InsOf {
+  template <size_t... I>
+  static auto make(std::index_sequence<I...>)
+      -> cuda::std::tuple<std::conditional_t<((BoolIn >> I) & 1) != 0, bool, T>...>;
+  using type = decltype(make(std::make_index_sequence<NIN>{}));
+};
+
+/// Forward adaptor: storage -> opmath, the op's math, opmath -> output storage.
+template <class Op, class T, class OutT, uint32_t BoolIn, int NIN, OutRule OUT>
+struct EwFwd {
+  using M = opmath_t<T>;
+  using ins = typename InsOf<T, BoolIn, NIN>::type;
+  using out_t = OutT;
+  static constexpr int nout = 1;
+  EwParams p;
+  __device__ __forceinline__ void operator()(int64_t idx, const ins& in, out_t (&out)[1]) const {
+    if constexpr (NIN == 0) {
+      out[0] = convert<OutT>(Op::template gen<M, T>(p, idx));
+    } else {
+      auto r = cuda::std::apply([&](auto... x) { return Op::template fw<M, T>(p, load_as_opmath(x)...); }, in);
+      if constexpr (OUT == OutRule::Cast) out[0] = convert<OutT>(r, p.d[0] != 0);
+      else out[0] = convert<OutT>(r);
+    }
+  }
+};
+
+/// Backward adaptor: inputs are (dy, [forward inputs], [forward output]); outputs the grads.
+template <class Op, class T, uint32_t BoolIn, int NIN, BackwardNeeds NEEDS, uint32_t GradMask>
+struct EwBwd {
+  using M = opmath_t<T>;
+  static constexpr bool kIn = NEEDS == BackwardNeeds::Inputs || NEEDS == BackwardNeeds::InputsAndOutput;
+  static constexpr bool kOut = NEEDS == BackwardNeeds::Output || NEEDS == BackwardNeeds::InputsAndOutput;
+  using ins = decltype(cuda::std::tuple_cat(
+      std::declval<cuda::std::tuple<T>>(),
+      std::declval<std::conditional_t<kIn, typename InsOf<T, BoolIn, NIN>::type, cuda::std::tuple<>>>(),
+      std::declval<std::conditional_t<kOut, cuda::std::tuple<T>, cuda::std::tuple<>>>()));
+  using out_t = T;
+  static constexpr int nout = __builtin_popcount(GradMask);
+  EwParams p;
+  __device__ __forceinline__ void operator()(int64_t, const ins& in, out_t (&out)[nout]) const {
+    M g[3];
+    cuda::std::apply([&](auto... x) { Op::template bw<M, T>(p, load_as_opmath(x)..., g); }, in);
+#pragma unroll
+    for (int k = 0; k < nout; ++k) out[k] = convert<T>(g[k]);
+  }
+};
+
+template <class F>
+cudaError_t ew_launch_fn(const EwIter& it, const EwParams& p, bool allow_vec, cudaStream_t s) {
+  return kern::ew_launch(F{p}, it, allow_vec, s);
+}
+
+template <DTypeSet S, class F>
+void for_each_dtype(F&& f) {
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          constexpr DType D = static_cast<DType>(I);
+          if constexpr (contains(S, D) && D != DType::s4 && D != DType::u4)
+            f(std::integral_constant<DType, D>{});
+        }(),
+        ...);
+  }(std::make_index_sequence<kNumDTypes>{});
+}
+
+/// Registers one op's kernels for the dtypes its row declares. Only the (op, dtype) pairs whose
+/// index falls in this translation unit's part are instantiated, so a big group splits into
+/// several TUs that compile in parallel.
+template <class Op, ElementwiseOp OP, int NIN, uint32_t BoolIn, OutRule OUT, BackwardNeeds BW, uint32_t GM,
+          DTypeSet FW, DTypeSet BWS, Direction DIR, int PART, int NPARTS>
+void ew_register_op(std::vector<EwEntry>& v) {
+  constexpr int kOpIndex = static_cast<int>(OP);
+  if constexpr (DIR == Direction::Forward) {
+    for_each_dtype<FW>([&](auto din) {
+      constexpr DType D = decltype(din)::value;
+      using T = storage_t<D>;
+      if constexpr (OUT == OutRule::Cast) {
+        for_each_dtype<dtypes::kAll>([&](auto dout) {
+          constexpr DType E = decltype(dout)::value;
+          if constexpr ((static_cast<int>(D) * kNumDTypes + static_cast<int>(E)) % NPARTS == PART)
+            v.push_back({OP, DIR, D, E, &ew_launch_fn<EwFwd<Op, T, storage_t<E>, BoolIn, NIN, OUT>>});
+        });
+      } else if constexpr ((kOpIndex * kNumDTypes + static_cast<int>(D)) % NPARTS == PART) {
+        constexpr DType E = OUT == OutRule::Bool ? DType::b8 : D;
+        v.push_back({OP, DIR, D, E, &ew_launch_fn<EwFwd<Op, T, storage_t<E>, BoolIn, NIN, OUT>>});
+      }
+    });
+  } else if constexpr (BW != BackwardNeeds::None) {
+    for_each_dtype<BWS>([&](auto din) {
+      constexpr DType D = decltype(din)::value;
+      if constexpr ((kOpIndex * kNumDTypes + static_cast<int>(D)) % NPARTS == PART)
+        v.push_back({OP, DIR, D, D, &ew_launch_fn<EwBwd<Op, storage_t<D>, BoolIn, NIN, BW, GM>>});
+    });
+  }
+}
+
+template <EwGroup G, Direction DIR, int PART, int NPARTS>
+void ew_register_group(std::vector<EwEntry>& v) {
+#define FP dtypes::kFloat
+#define INT dtypes::kInt
+#define NUM dtypes::kNumeric
+#define B dtypes::kBool
+#define C dtypes::kComplex
+#define F8 dtypes::kFp8
+#define ALL dtypes::kAll
+#define SAME OutRule::Same
+#define BOOL OutRule::Bool
+#define CAST OutRule::Cast
+#define NO BackwardNeeds::None
+#define DY BackwardNeeds::GradOnly
+#define IN BackwardNeeds::Inputs
+#define OUT BackwardNeeds::Output
+#define INOUT BackwardNeeds::InputsAndOutput
+#define BARACUDA_EW(name, group, nin, boolin, params, fw, out, bw, bwd, gmask, tol)                     \
+  if constexpr (EwGroup::group == G)                                                                    \
+    ew_register_op<kern::ew_ops::op_##name, ElementwiseOp::name, nin, boolin, out, bw, gmask, DTypeSet(fw),  \
+                   DTypeSet(bwd), DIR, PART, NPARTS>(v);
+#include "baracuda/ops/elementwise_ops.def"
+#undef BARACUDA_EW
+#undef FP
+#undef INT
+#undef NUM
+#undef B
+#undef C
+#undef F8
+#undef ALL
+#undef SAME
+#undef BOOL
+#undef CAST
+#undef NO
+#undef DY
+#undef IN
+#undef OUT
+#undef INOUT
+}
+
+}  // namespace baracuda::detail
+
+/// One generated translation unit (see CMakeLists.txt, BARACUDA_EW_TUS): registers part PART
+/// of NPARTS of a group's kernels into the pending list at library load.
+#define BARACUDA_EW_TU(g, DIR, PART, NPARTS)                                                     \
+  namespace baracuda::detail {                                                                   \
+  namespace {                                                                                    \
+  [[maybe_unused]] const bool ew_registered_##g##_##DIR##_##PART = [] {                          \
+    ew_register_group<EwGroup::g, Direction::DIR, PART, NPARTS>(ew_pending());                   \
+    return true;                                                                                 \
+  }();                                                                                           \
+  }                                                                                              \
+  }

@@ -1,0 +1,623 @@
+// The math of every elementwise op, one struct per row of elementwise_ops.def. Templates over
+// M (the compute type: float for f16/bf16/f32, double, the integer type itself, bool or
+// complex) and T (the storage type, for ops that need its range). Semantics follow ATen's CUDA
+// kernels, including NaN propagation and the backward formulas of derivatives.yaml.
+//
+//   fw(p, inputs...)          -> the output value (bool for comparisons)
+//   bw(p, dy, inputs..., g)   for rows marked IN; bw(p, dy, y, g) for OUT; bw(p, dy, inputs..., y, g)
+//                             for INOUT. Writes one gradient per grad_mask bit into g[].
+//   gen(p, index)             for generators.
+#pragma once
+#include <cuda/std/limits>
+
+#include "core/ew_iter.hpp"
+#include "kernels/common/dtype_traits.cuh"
+#include "kernels/common/special_math.cuh"
+
+namespace baracuda::kern::ew_ops {
+
+using detail::EwParams;
+
+/// Parameter i as compute type M (floats use the f32 copy so f32 math never touches f64).
+template <class M>
+__device__ __forceinline__ M prm(const EwParams& p, int i) {
+  if constexpr (cuda::std::is_same_v<M, float>) return p.f[i];
+  else if constexpr (cuda::std::is_same_v<M, bool>) return p.d[i] != 0;
+  else return static_cast<M>(p.d[i]);
+}
+
+template <class M> __device__ __forceinline__ bool isnan_(M x) {
+  if constexpr (is_float_v<M>) return isnan(x); else return false;
+}
+template <class M> __device__ __forceinline__ M sigmoid_(M x) { return M(1) / (M(1) + exp(-x)); }
+template <class M> __device__ __forceinline__ M nan_() { return cuda::std::numeric_limits<M>::quiet_NaN(); }
+
+/// Largest finite value of the storage type, as M (nan_to_num's default posinf).
+template <class T, class M> __device__ __forceinline__ M storage_max() {
+  if constexpr (cuda::std::is_same_v<T, __half>) return M(65504.0f);
+  else if constexpr (cuda::std::is_same_v<T, __nv_bfloat16>) return M(3.3895313892515355e38f);
+  else return cuda::std::numeric_limits<T>::max();
+}
+
+#define FW1 template <class M, class T> __device__ __forceinline__ static auto fw([[maybe_unused]] const EwParams& p, M x)
+#define FW2 template <class M, class T> __device__ __forceinline__ static auto fw([[maybe_unused]] const EwParams& p, M a, M b)
+#define FW3 template <class M, class T> __device__ __forceinline__ static auto fw([[maybe_unused]] const EwParams& p, M a, M b, M c)
+#define BW1(v) template <class M, class T> __device__ __forceinline__ static void bw([[maybe_unused]] const EwParams& p, M dy, M v, M* g)
+#define BW2 template <class M, class T> __device__ __forceinline__ static void bw([[maybe_unused]] const EwParams& p, M dy, M a, M b, M* g)
+#define BW3 template <class M, class T> __device__ __forceinline__ static void bw([[maybe_unused]] const EwParams& p, M dy, M a, M b, M c, M* g)
+#define GEN template <class M, class T> __device__ __forceinline__ static M gen([[maybe_unused]] const EwParams& p, int64_t i)
+#define BW0 template <class M, class T> __device__ __forceinline__ static void bw([[maybe_unused]] const EwParams& p, M dy, M* g)
+#define ZERO_BW1 BW0 { g[0] = M(0); }
+#define ZERO_BW2 BW0 { g[0] = M(0); g[1] = M(0); }
+
+// ---- unary math --------------------------------------------------------------------------
+struct op_neg { FW1 { return -x; } BW0 { g[0] = -dy; } };
+struct op_abs {
+  FW1 {
+    if constexpr (cuda::std::is_unsigned_v<M>) return x;
+    else if constexpr (is_float_v<M>) return fabs(x);
+    else return x < M(0) ? M(-x) : x;
+  }
+  BW1(x) { g[0] = x > M(0) ? dy : (x < M(0) ? -dy : M(0)); }
+};
+struct op_sign {
+  FW1 {
+    if constexpr (cuda::std::is_same_v<M, bool>) return x;
+    else if constexpr (cuda::std::is_unsigned_v<M>) return M(x > M(0));
+    else return M(M(x > M(0)) - M(x < M(0)));
+  }
+  ZERO_BW1
+};
+struct op_sgn { FW1 { return op_sign::fw<M, T>(p, x); } ZERO_BW1 };
+struct op_reciprocal { FW1 { return M(1) / x; } BW1(y) { g[0] = -dy * y * y; } };
+struct op_square { FW1 { return M(x * x); } BW1(x) { g[0] = M(2) * x * dy; } };
+struct op_sqrt { FW1 { return sqrt(x); } BW1(y) { g[0] = dy / (M(2) * y); } };
+struct op_rsqrt { FW1 { return rsqrt(x); } BW1(y) { g[0] = M(-0.5) * dy * y * y * y; } };
+struct op_cbrt { FW1 { return cbrt(x); } BW1(y) { g[0] = dy / (M(3) * y * y); } };
+struct op_exp { FW1 { return exp(x); } BW1(y) { g[0] = dy * y; } };
+struct op_exp2 { FW1 { return exp2(x); } BW1(y) { g[0] = dy * y * M(0.693147180559945309417); } };
+struct op_expm1 { FW1 { return expm1(x); } BW1(y) { g[0] = dy * (y + M(1)); } };
+struct op_log { FW1 { return log(x); } BW1(x) { g[0] = dy / x; } };
+struct op_log2 { FW1 { return log2(x); } BW1(x) { g[0] = dy / (x * M(0.693147180559945309417)); } };
+struct op_log10 { FW1 { return log10(x); } BW1(x) { g[0] = dy / (x * M(2.30258509299404568402)); } };
+struct op_log1p { FW1 { return log1p(x); } BW1(x) { g[0] = dy / (x + M(1)); } };
+struct op_sin { FW1 { return sin(x); } BW1(x) { g[0] = dy * cos(x); } };
+struct op_cos { FW1 { return cos(x); } BW1(x) { g[0] = -dy * sin(x); } };
+struct op_tan { FW1 { return tan(x); } BW1(y) { g[0] = dy * (M(1) + y * y); } };
+struct op_asin { FW1 { return asin(x); } BW1(x) { g[0] = dy / sqrt(M(1) - x * x); } };
+struct op_acos { FW1 { return acos(x); } BW1(x) { g[0] = -dy / sqrt(M(1) - x * x); } };
+struct op_atan { FW1 { return atan(x); } BW1(x) { g[0] = dy / (M(1) + x * x); } };
+struct op_sinh { FW1 { return sinh(x); } BW1(x) { g[0] = dy * cosh(x); } };
+struct op_cosh { FW1 { return cosh(x); } BW1(x) { g[0] = dy * sinh(x); } };
+struct op_tanh { FW1 { return tanh(x); } BW1(y) { g[0] = dy * (M(1) - y * y); } };
+struct op_asinh { FW1 { return asinh(x); } BW1(x) { g[0] = dy * rsqrt(x * x + M(1)); } };
+struct op_acosh { FW1 { return acosh(x); } BW1(x) { g[0] = dy * rsqrt(x - M(1)) * rsqrt(x + M(1)); } };
+struct op_atanh { FW1 { return atanh(x); } BW1(x) { g[0] = dy / (M(1) - x * x); } };
+struct op_floor { FW1 { if constexpr (is_float_v<M>) return floor(x); else return x; } ZERO_BW1 };
+struct op_ceil { FW1 { if constexpr (is_float_v<M>) return ceil(x); else return x; } ZERO_BW1 };
+struct op_trunc { FW1 { if constexpr (is_float_v<M>) return trunc(x); else return x; } ZERO_BW1 };
+struct op_round {
+  FW1 {
+    if constexpr (is_float_v<M>) {
+      const int d = static_cast<int>(p.d[0]);
+      if (d == 0) return nearbyint(x);
+      // ATen: scale by 10^|d| in the compute type, round half to even, scale back.
+      const M ten_pow = pow(M(10), M(d > 0 ? d : -d));
+      return d > 0 ? nearbyint(x * ten_pow) / ten_pow : nearbyint(x / ten_pow) * ten_pow;
+    } else {
+      return x;
+    }
+  }
+  ZERO_BW1
+};
+struct op_frac { FW1 { return x - trunc(x); } BW0 { g[0] = dy; } };
+struct op_erf { FW1 { return erf(x); } BW1(x) { g[0] = dy * M(1.12837916709551257390) * exp(-x * x); } };
+struct op_erfc { FW1 { return erfc(x); } BW1(x) { g[0] = -dy * M(1.12837916709551257390) * exp(-x * x); } };
+struct op_erfinv { FW1 { return erfinv(x); } BW1(y) { g[0] = dy * M(0.886226925452758013649) * exp(y * y); } };
+struct op_lgamma { FW1 { return lgamma(x); } BW1(x) { g[0] = dy * digamma(x); } };
+struct op_digamma { FW1 { return digamma(x); } BW1(x) { g[0] = dy * polygamma(1, x); } };
+struct op_polygamma {
+  FW1 { return polygamma(static_cast<int>(p.d[0]), x); }
+  BW1(x) { g[0] = dy * polygamma(static_cast<int>(p.d[0]) + 1, x); }
+};
+struct op_i0 {
+  FW1 { if constexpr (cuda::std::is_same_v<M, float>) return cyl_bessel_i0f(x); else return cyl_bessel_i0(x); }
+  BW1(x) { if constexpr (cuda::std::is_same_v<M, float>) g[0] = dy * cyl_bessel_i1f(x); else g[0] = dy * cyl_bessel_i1(x); }
+};
+struct op_sinc {
+  FW1 {
+    if (x == M(0)) return M(1);
+    const M px = M(3.14159265358979323846) * x;
+    return sin(px) / px;
+  }
+  BW1(x) {
+    if (x == M(0)) { g[0] = M(0); return; }
+    const M px = M(3.14159265358979323846) * x;
+    g[0] = dy * (cos(px) - sin(px) / px) / x;
+  }
+};
+struct op_logit {
+  FW1 {
+    const M eps = prm<M>(p, 0);
+    M z = x;
+    if (p.d[0] >= 0) z = z < eps ? eps : (z > M(1) - eps ? M(1) - eps : z);
+    return log(z / (M(1) - z));
+  }
+  BW1(x) {
+    const M eps = prm<M>(p, 0);
+    if (p.d[0] >= 0 && (x < eps || x > M(1) - eps)) { g[0] = M(0); return; }
+    g[0] = dy / (x * (M(1) - x));
+  }
+};
+struct op_nan_to_num {
+  FW1 {
+    if (isnan(x)) return prm<M>(p, 0);
+    if (isinf(x)) {
+      if (x > M(0)) return isinf(p.d[1]) ? storage_max<T, M>() : prm<M>(p, 1);
+      return isinf(p.d[2]) ? -storage_max<T, M>() : prm<M>(p, 2);
+    }
+    return x;
+  }
+  BW1(x) { g[0] = isfinite(x) ? dy : M(0); }
+};
+struct op_isnan { FW1 { return isnan_(x); } };
+struct op_isinf { FW1 { if constexpr (is_float_v<M>) return bool(isinf(x)); else return false; } };
+struct op_isposinf { FW1 { if constexpr (is_float_v<M>) return bool(isinf(x) && x > M(0)); else return false; } };
+struct op_isneginf { FW1 { if constexpr (is_float_v<M>) return bool(isinf(x) && x < M(0)); else return false; } };
+struct op_isfinite { FW1 { if constexpr (is_float_v<M>) return bool(isfinite(x)); else return true; } };
+struct op_signbit {
+  FW1 {
+    if constexpr (is_float_v<M>) return bool(signbit(x));
+    else if constexpr (cuda::std::is_unsigned_v<M>) return false;
+    else return x < M(0);
+  }
+};
+struct op_bitwise_not { FW1 { if constexpr (cuda::std::is_same_v<M, bool>) return !x; else return M(~x); } };
+template <class M> __device__ __forceinline__ auto as_unsigned(M x) { return static_cast<cuda::std::make_unsigned_t<M>>(x); }
+struct op_popcount {
+  FW1 {
+    if constexpr (sizeof(M) == 8) return M(__popcll(static_cast<unsigned long long>(x)));
+    else return M(__popc(static_cast<unsigned>(as_unsigned(x))));
+  }
+};
+struct op_clz {
+  FW1 {
+    if constexpr (sizeof(M) == 8) return M(__clzll(static_cast<long long>(x)));
+    else return M(__clz(static_cast<int>(static_cast<unsigned>(as_unsigned(x)))) - 32 + 8 * int(sizeof(M)));
+  }
+};
+struct op_logical_not { FW1 { return !bool(x); } };
+
+// ---- activations -------------------------------------------------------------------------
+struct op_relu { FW1 { return x <= M(0) ? M(0) : x; } BW1(y) { g[0] = y <= M(0) ? M(0) : dy; } };
+struct op_hardtanh {
+  FW1 {
+    const M lo = prm<M>(p, 0), hi = prm<M>(p, 1);
+    return x < lo ? lo : (x > hi ? hi : x);
+  }
+  BW1(x) { g[0] = (x <= prm<M>(p, 0) || x >= prm<M>(p, 1)) ? M(0) : dy; }
+};
+struct op_relu6 {
+  FW1 { return x < M(0) ? M(0) : (x > M(6) ? M(6) : x); }
+  BW1(x) { g[0] = (x <= M(0) || x >= M(6)) ? M(0) : dy; }
+};
+struct op_leaky_relu {
+  FW1 { return x > M(0) ? x : x * prm<M>(p, 0); }
+  BW1(x) { g[0] = x > M(0) ? dy : dy * prm<M>(p, 0); }
+};
+struct op_rrelu_eval {
+  FW1 { const M s = (prm<M>(p, 0) + prm<M>(p, 1)) / M(2); return x >= M(0) ? x : x * s; }
+  BW1(x) { const M s = (prm<M>(p, 0) + prm<M>(p, 1)) / M(2); g[0] = x > M(0) ? dy : dy * s; }
+};
+// elu family: negcoef = alpha*scale, poscoef = scale, negiptcoef = input_scale (ATen).
+template <class M> __device__ __forceinline__ M elu_fw(M x, M alpha, M scale, M iscale) {
+  return x <= M(0) ? expm1(x * iscale) * alpha * scale : x * scale;
+}
+template <class M> __device__ __forceinline__ M elu_bw(M dy, M x, M alpha, M scale, M iscale) {
+  return x <= M(0) ? dy * iscale * alpha * scale * exp(x * iscale) : dy * scale;
+}
+struct op_elu {
+  FW1 { return elu_fw(x, prm<M>(p, 0), prm<M>(p, 1), prm<M>(p, 2)); }
+  BW1(x) { g[0] = elu_bw(dy, x, prm<M>(p, 0), prm<M>(p, 1), prm<M>(p, 2)); }
+};
+constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
+constexpr double kSeluScale = 1.0507009873554804934193349852946;
+struct op_selu {
+  FW1 { return elu_fw(x, M(kSeluAlpha), M(kSeluScale), M(1)); }
+  BW1(x) { g[0] = elu_bw(dy, x, M(kSeluAlpha), M(kSeluScale), M(1)); }
+};
+struct op_celu {
+  FW1 { const M a = prm<M>(p, 0); return elu_fw(x, a, M(1), M(1) / a); }
+  BW1(x) { const M a = prm<M>(p, 0); g[0] = elu_bw(dy, x, a, M(1), M(1) / a); }
+};
+template <class M> __device__ __forceinline__ M gelu_fw(M x, bool tanh_approx) {
+  if (tanh_approx) {
+    constexpr M kBeta = M(0.797884560802865355879892119869);  // sqrt(2/pi)
+    return M(0.5) * x * (M(1) + tanh(kBeta * (x + M(0.044715) * x * x * x)));
+  }
+  return M(0.5) * x * (M(1) + erf(x * M(0.707106781186547524400844362105)));
+}
+template <class M> __device__ __forceinline__ M gelu_grad(M x, bool tanh_approx) {
+  if (tanh_approx) {
+    constexpr M kBeta = M(0.797884560802865355879892119869);
+    constexpr M kKappa = M(0.044715);
+    const M x_sq = x * x;
+    const M inner = kBeta * (x + kKappa * x_sq * x);
+    const M t = tanh(inner);
+    const M left = M(0.5) * x;
+    const M right = M(1) + t;
+    return M(0.5) * right + left * (M(1) - t * t) * kBeta * (M(1) + M(3) * kKappa * x_sq);
+  }
+  const M cdf = M(0.5) * (M(1) + erf(x * M(0.707106781186547524400844362105)));
+  const M pdf = exp(M(-0.5) * x * x) * M(0.398942280401432677939946059934);
+  return cdf + x * pdf;
+}
+struct op_gelu {
+  FW1 { return gelu_fw(x, p.d[0] != 0); }
+  BW1(x) { g[0] = dy * gelu_grad(x, p.d[0] != 0); }
+};
+struct op_silu {
+  FW1 { return x / (M(1) + exp(-x)); }
+  BW1(x) { const M s = sigmoid_(x); g[0] = dy * s * (M(1) + x * (M(1) - s)); }
+};
+struct op_mish {
+  FW1 { return x * tanh(log1p(exp(x))); }
+  BW1(x) {
+    const M t = tanh(log1p(exp(x)));
+    const M s = sigmoid_(x);
+    g[0] = dy * (t + x * s * (M(1) - t * t));
+  }
+};
+struct op_sigmoid { FW1 { return sigmoid_(x); } BW1(y) { g[0] = dy * (M(1) - y) * y; } };
+struct op_hardsigmoid {
+  FW1 { const M z = x + M(3); return (z < M(0) ? M(0) : (z > M(6) ? M(6) : z)) / M(6); }
+  BW1(x) { g[0] = (x > M(-3) && x < M(3)) ? dy / M(6) : M(0); }
+};
+struct op_hardswish {
+  FW1 { const M z = x + M(3); return x * (z < M(0) ? M(0) : (z > M(6) ? M(6) : z)) / M(6); }
+  BW1(x) { g[0] = x < M(-3) ? M(0) : (x <= M(3) ? dy * (x / M(3) + M(0.5)) : dy); }
+};
+struct op_hardshrink {
+  FW1 { const M l = prm<M>(p, 0); return (x >= -l && x <= l) ? M(0) : x; }
+  BW1(x) { const M l = prm<M>(p, 0); g[0] = (x >= -l && x <= l) ? M(0) : dy; }
+};
+struct op_softshrink {
+  FW1 { const M l = prm<M>(p, 0); return x > l ? x - l : (x < -l ? x + l : M(0)); }
+  BW1(x) { const M l = prm<M>(p, 0); g[0] = (x >= -l && x <= l) ? M(0) : dy; }
+};
+struct op_tanhshrink { FW1 { return x - tanh(x); } BW1(x) { const M t = tanh(x); g[0] = dy * t * t; } };
+struct op_softplus {
+  FW1 { const M b = prm<M>(p, 0); return x * b > prm<M>(p, 1) ? x : log1p(exp(x * b)) / b; }
+  BW1(x) {
+    const M b = prm<M>(p, 0);
+    const M z = exp(x * b);
+    g[0] = x * b > prm<M>(p, 1) ? dy : dy * z / (z + M(1));
+  }
+};
+struct op_softsign {
+  FW1 { return x / (M(1) + fabs(x)); }
+  BW1(x) { const M d = M(1) + fabs(x); g[0] = dy / (d * d); }
+};
+struct op_logsigmoid {
+  FW1 { return (x < M(0) ? x : M(0)) - log1p(exp(-fabs(x))); }
+  BW1(x) {
+    const bool neg = x < M(0);
+    const M z = exp(-fabs(x));
+    g[0] = dy * ((neg ? M(1) : M(0)) - (neg ? M(1) : M(-1)) * (z / (M(1) + z)));
+  }
+};
+struct op_threshold {
+  FW1 { return x <= prm<M>(p, 0) ? prm<M>(p, 1) : x; }
+  BW1(x) { g[0] = x <= prm<M>(p, 0) ? M(0) : dy; }
+};
+struct op_prelu {
+  FW2 { return a > M(0) ? a : b * a; }
+  BW2 { g[0] = a > M(0) ? dy : b * dy; g[1] = a > M(0) ? M(0) : a * dy; }
+};
+struct op_glu {
+  FW2 { return a * sigmoid_(b); }
+  BW2 { const M s = sigmoid_(b); g[0] = dy * s; g[1] = dy * a * s * (M(1) - s); }
+};
+struct op_reglu {
+  FW2 { return (a <= M(0) ? M(0) : a) * b; }
+  BW2 { g[0] = a > M(0) ? dy * b : M(0); g[1] = dy * (a <= M(0) ? M(0) : a); }
+};
+struct op_geglu {
+  FW2 { return gelu_fw(a, p.d[0] != 0) * b; }
+  BW2 { g[0] = dy * b * gelu_grad(a, p.d[0] != 0); g[1] = dy * gelu_fw(a, p.d[0] != 0); }
+};
+struct op_swiglu {
+  FW2 { return a / (M(1) + exp(-a)) * b; }
+  BW2 {
+    const M s = sigmoid_(a);
+    g[0] = dy * b * s * (M(1) + a * (M(1) - s));
+    g[1] = dy * a * s;
+  }
+};
+
+// ---- binary arithmetic -------------------------------------------------------------------
+struct op_add {
+  FW2 { if constexpr (cuda::std::is_same_v<M, bool>) return bool(a || b); else return M(a + prm<M>(p, 0) * b); }
+  BW0 { g[0] = dy; g[1] = dy * prm<M>(p, 0); }
+};
+struct op_sub { FW2 { return M(a - prm<M>(p, 0) * b); } BW0 { g[0] = dy; g[1] = -dy * prm<M>(p, 0); } };
+struct op_mul {
+  FW2 { if constexpr (cuda::std::is_same_v<M, bool>) return bool(a && b); else return M(a * b); }
+  BW2 { g[0] = dy * b; g[1] = dy * a; }
+};
+struct op_div { FW2 { return a / b; } BW2 { g[0] = dy / b; g[1] = -dy * a / (b * b); } };
+struct op_div_trunc {
+  FW2 { if constexpr (is_float_v<M>) return trunc(a / b); else return b == M(0) ? M(0) : M(a / b); }
+  ZERO_BW2
+};
+template <class M> __device__ __forceinline__ M div_floor_(M a, M b) {
+  if constexpr (is_float_v<M>) {
+    // ATen's div_floor_floating: exact for representable quotients, sign of zero preserved.
+    if (b == M(0)) return a / b;
+    const M mod = fmod(a, b);
+    M div = (a - mod) / b;
+    if (mod != M(0) && ((b < M(0)) != (mod < M(0)))) div -= M(1);
+    M fl;
+    if (div != M(0)) {
+      fl = floor(div);
+      if (div - fl > M(0.5)) fl += M(1);
+    } else {
+      fl = copysign(M(0), a / b);
+    }
+    return fl;
+  } else {
+    if (b == M(0)) return M(0);
+    if constexpr (cuda::std::is_signed_v<M>) {
+      const M q = a / b, r = a % b;
+      return (r != M(0) && ((r < M(0)) != (b < M(0)))) ? M(q - 1) : q;
+    } else {
+      return M(a / b);
+    }
+  }
+}
+struct op_div_floor { FW2 { return div_floor_(a, b); } ZERO_BW2 };
+struct op_fmod {
+  FW2 { if constexpr (is_float_v<M>) return fmod(a, b); else return b == M(0) ? M(0) : M(a % b); }
+  BW2 { g[0] = dy; g[1] = -dy * trunc(a / b); }
+};
+struct op_remainder {
+  FW2 {
+    if constexpr (is_float_v<M>) {
+      M m = fmod(a, b);
+      if (m != M(0) && ((b < M(0)) != (m < M(0)))) m += b;
+      return m;
+    } else {
+      if (b == M(0)) return M(0);
+      M r = a % b;
+      if constexpr (cuda::std::is_signed_v<M>)
+        if (r != M(0) && ((r < M(0)) != (b < M(0)))) r += b;
+      return r;
+    }
+  }
+  BW2 { g[0] = dy; g[1] = -dy * floor(a / b); }
+};
+template <class M> __device__ __forceinline__ M ipow(M base, M e) {
+  if constexpr (cuda::std::is_signed_v<M>) {
+    if (e < 0) return base == M(1) ? M(1) : (base == M(-1) ? ((e & 1) ? M(-1) : M(1)) : M(0));
+  }
+  M r = 1;
+  while (e) {
+    if (e & 1) r = M(r * base);
+    e = M(e >> 1);
+    base = M(base * base);
+  }
+  return r;
+}
+struct op_pow {
+  FW2 { if constexpr (is_int_v<M>) return ipow(a, b); else return pow(a, b); }
+  template <class M, class T>
+  __device__ __forceinline__ static void bw(const EwParams&, M dy, M a, M b, M y, M* g) {
+    g[0] = b == M(0) ? M(0) : dy * b * pow(a, b - M(1));
+    g[1] = (a == M(0) && b >= M(0)) ? M(0) : dy * y * log(a);
+  }
+};
+struct op_atan2 {
+  FW2 { return atan2(a, b); }
+  BW2 { const M r = a * a + b * b; g[0] = dy * b / r; g[1] = -dy * a / r; }
+};
+struct op_hypot {
+  FW2 { return hypot(a, b); }
+  template <class M, class T>
+  __device__ __forceinline__ static void bw(const EwParams&, M dy, M a, M b, M y, M* g) { g[0] = dy * a / y; g[1] = dy * b / y; }
+};
+struct op_copysign {
+  FW2 { return copysign(a, b); }
+  BW2 { g[0] = a == M(0) ? M(0) : dy * (copysign(a, b) / a); g[1] = M(0); }
+};
+struct op_nextafter { FW2 { return nextafter(a, b); } };
+struct op_ldexp {
+  FW2 { return a * exp2(b); }
+  BW2 { const M s = exp2(b); g[0] = dy * s; g[1] = dy * a * s * M(0.693147180559945309417); }
+};
+struct op_maximum {
+  FW2 {
+    if constexpr (is_float_v<M>) { if (isnan(a) || isnan(b)) return nan_<M>(); }
+    return a > b ? a : b;
+  }
+  BW2 {
+    const M h = a == b ? dy / M(2) : dy;
+    g[0] = a < b ? M(0) : h;
+    g[1] = a > b ? M(0) : h;
+  }
+};
+struct op_minimum {
+  FW2 {
+    if constexpr (is_float_v<M>) { if (isnan(a) || isnan(b)) return nan_<M>(); }
+    return a < b ? a : b;
+  }
+  BW2 {
+    const M h = a == b ? dy / M(2) : dy;
+    g[0] = a > b ? M(0) : h;
+    g[1] = a < b ? M(0) : h;
+  }
+};
+struct op_fmax {
+  FW2 { if constexpr (is_float_v<M>) return fmax(a, b); else return a > b ? a : b; }
+  BW2 { const bool self = a >= b || isnan(b); g[0] = self ? dy : M(0); g[1] = self ? M(0) : dy; }
+};
+struct op_fmin {
+  FW2 { if constexpr (is_float_v<M>) return fmin(a, b); else return a < b ? a : b; }
+  BW2 { const bool self = a <= b || isnan(b); g[0] = self ? dy : M(0); g[1] = self ? M(0) : dy; }
+};
+struct op_xlogy {
+  FW2 { if (isnan(b)) return nan_<M>(); if (a == M(0)) return M(0); return a * log(b); }
+  BW2 { g[0] = (a == M(0) && !isnan(b)) ? M(0) : (isnan(b) ? nan_<M>() : dy * log(b)); g[1] = dy * a / b; }
+};
+struct op_logaddexp {
+  FW2 {
+    const M m = a > b ? a : b;
+    if (isinf(m) && a == b) return a;
+    return m + log1p(exp(-fabs(a - b)));
+  }
+  BW2 { g[0] = dy / (M(1) + exp(b - a)); g[1] = dy / (M(1) + exp(a - b)); }
+};
+struct op_logaddexp2 {
+  FW2 {
+    const M m = a > b ? a : b;
+    if (isinf(m) && a == b) return a;
+    return m + log1p(exp2(-fabs(a - b))) * M(1.44269504088896340736);
+  }
+  BW2 { g[0] = dy / (M(1) + exp2(b - a)); g[1] = dy / (M(1) + exp2(a - b)); }
+};
+template <class M> __device__ __forceinline__ M lerp_(M a, M b, M w) {
+  // ATen's formula: exact at both ends, monotonic.
+  return fabs(w) < M(0.5) ? a + w * (b - a) : b - (b - a) * (M(1) - w);
+}
+struct op_lerp_scalar {
+  FW2 { return lerp_(a, b, prm<M>(p, 0)); }
+  BW2 { const M w = prm<M>(p, 0); g[0] = dy * (M(1) - w); g[1] = dy * w; }
+};
+struct op_masked_fill {
+  template <class M, class T> __device__ __forceinline__ static M fw(const EwParams& p, M x, bool m) { return m ? prm<M>(p, 0) : x; }
+  template <class M, class T> __device__ __forceinline__ static void bw(const EwParams&, M dy, M, bool m, M* g) { g[0] = m ? M(0) : dy; }
+};
+
+// ---- comparisons, logical, bitwise ---------------------------------------------------------
+struct op_eq { FW2 { return bool(a == b); } };
+struct op_ne { FW2 { return bool(a != b); } };
+struct op_lt { FW2 { return bool(a < b); } };
+struct op_le { FW2 { return bool(a <= b); } };
+struct op_gt { FW2 { return bool(a > b); } };
+struct op_ge { FW2 { return bool(a >= b); } };
+struct op_isclose {
+  FW2 {
+    using C = cuda::std::conditional_t<is_float_v<M>, M, double>;
+    const C x = C(a), y = C(b);
+    bool close = x == y;
+    if constexpr (is_float_v<M>) close = close || (p.d[2] != 0 && isnan(x) && isnan(y));
+    const C allowed = C(p.d[1]) + fabs(C(p.d[0]) * y);
+    const C actual = fabs(x - y);
+    return bool(close || (isfinite(actual) && actual <= allowed));
+  }
+};
+struct op_logical_and { FW2 { return bool(bool(a) && bool(b)); } };
+struct op_logical_or { FW2 { return bool(bool(a) || bool(b)); } };
+struct op_logical_xor { FW2 { return bool(bool(a) != bool(b)); } };
+struct op_bitwise_and { FW2 { if constexpr (cuda::std::is_same_v<M, bool>) return bool(a && b); else return M(a & b); } };
+struct op_bitwise_or { FW2 { if constexpr (cuda::std::is_same_v<M, bool>) return bool(a || b); else return M(a | b); } };
+struct op_bitwise_xor { FW2 { if constexpr (cuda::std::is_same_v<M, bool>) return bool(a != b); else return M(a ^ b); } };
+struct op_bitwise_left_shift {
+  FW2 {
+    constexpr M bits = M(sizeof(M) * 8);
+    if (b < M(0) || b >= bits) return M(0);
+    return M(as_unsigned(a) << b);
+  }
+};
+struct op_bitwise_right_shift {
+  FW2 {
+    constexpr M bits = M(sizeof(M) * 8);
+    if (b < M(0) || b >= bits) {
+      if constexpr (cuda::std::is_signed_v<M>) return a < M(0) ? M(-1) : M(0);
+      else return M(0);
+    }
+    return M(a >> b);
+  }
+};
+
+// ---- ternary -------------------------------------------------------------------------------
+struct op_lerp {
+  FW3 { return lerp_(a, b, c); }
+  BW3 { g[0] = dy * (M(1) - c); g[1] = dy * c; g[2] = dy * (b - a); }
+};
+struct op_clamp {
+  FW3 {
+    if constexpr (is_float_v<M>) { if (isnan(a) || isnan(b) || isnan(c)) return nan_<M>(); }
+    const M lo = a < b ? b : a;
+    return lo > c ? c : lo;
+  }
+  BW3 {
+    g[0] = (a >= b && a <= c) ? dy : M(0);
+    g[1] = a < b ? dy : M(0);
+    g[2] = a > c ? dy : M(0);
+  }
+};
+struct op_clamp_scalar {
+  FW1 {
+    if constexpr (is_float_v<M>) {
+      if (isnan(x)) return x;
+      const M lo = prm<M>(p, 0), hi = prm<M>(p, 1);
+      const M l = x < lo ? lo : x;
+      return l > hi ? hi : l;
+    } else {
+      M r = x;
+      if (!isinf(p.d[0]) && double(r) < p.d[0]) r = static_cast<M>(p.d[0]);
+      if (!isinf(p.d[1]) && double(r) > p.d[1]) r = static_cast<M>(p.d[1]);
+      return r;
+    }
+  }
+  BW1(x) { g[0] = (x >= prm<M>(p, 0) && x <= prm<M>(p, 1)) ? dy : M(0); }
+};
+struct op_addcmul {
+  FW3 { return M(a + prm<M>(p, 0) * b * c); }
+  BW3 { const M v = prm<M>(p, 0); g[0] = dy; g[1] = dy * v * c; g[2] = dy * v * b; }
+};
+struct op_addcdiv {
+  FW3 { return a + prm<M>(p, 0) * b / c; }
+  BW3 { const M v = prm<M>(p, 0); g[0] = dy; g[1] = dy * v / c; g[2] = -dy * v * b / (c * c); }
+};
+struct op_where {
+  template <class M, class T> __device__ __forceinline__ static M fw(const EwParams&, bool c, M a, M b) { return c ? a : b; }
+  template <class M, class T> __device__ __forceinline__ static void bw(const EwParams&, M dy, bool c, M, M, M* g) {
+    g[0] = c ? dy : M(0);
+    g[1] = c ? M(0) : dy;
+  }
+};
+struct op_fma { FW3 { return fma(a, b, c); } BW3 { g[0] = dy * b; g[1] = dy * a; g[2] = dy; } };
+
+// ---- cast and generators ---------------------------------------------------------------------
+struct op_cast { FW1 { return x; } };
+struct op_fill { GEN { return prm<M>(p, 0); } };
+struct op_arange { GEN { return M(prm<M>(p, 0) + M(i) * prm<M>(p, 1)); } };
+template <class M> __device__ __forceinline__ M linspace_(const EwParams& p, int64_t i) {
+  // ATen's symmetric formula: exact endpoints.
+  const int64_t steps = static_cast<int64_t>(p.d[2]);
+  const M start = prm<M>(p, 0), end = prm<M>(p, 1);
+  const M step = steps > 1 ? (end - start) / M(steps - 1) : M(0);
+  return i < steps / 2 ? start + step * M(i) : end - step * M(steps - i - 1);
+}
+struct op_linspace { GEN { return linspace_<M>(p, i); } };
+struct op_logspace { GEN { return pow(prm<M>(p, 3), linspace_<M>(p, i)); } };
+struct op_eye {
+  GEN {
+    const int64_t cols = static_cast<int64_t>(p.d[0]);
+    return (i / cols == i % cols) ? M(1) : M(0);
+  }
+};
+
+#undef FW1
+#undef FW2
+#undef FW3
+#undef BW1
+#undef BW2
+#undef BW3
+#undef GEN
+#undef BW0
+#undef ZERO_BW1
+#undef ZERO_BW2
+
+}  // namespace baracuda::kern::ew_ops

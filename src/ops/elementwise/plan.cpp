@@ -1,0 +1,629 @@
+// ElementwisePlan: descriptor validation, kernel choice, argument checks and the launch.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "baracuda/ops/elementwise.hpp"
+#include "core/ew_iter.hpp"
+#include "ops/elementwise/ew_registry.hpp"
+
+namespace baracuda {
+
+// ---- the table -------------------------------------------------------------------------------
+namespace {
+#define FP dtypes::kFloat
+#define INT dtypes::kInt
+#define NUM dtypes::kNumeric
+#define B dtypes::kBool
+#define C dtypes::kComplex
+#define F8 dtypes::kFp8
+#define ALL dtypes::kAll
+#define SAME OutRule::Same
+#define BOOL OutRule::Bool
+#define CAST OutRule::Cast
+#define NO BackwardNeeds::None
+#define DY BackwardNeeds::GradOnly
+#define IN BackwardNeeds::Inputs
+#define OUT BackwardNeeds::Output
+#define INOUT BackwardNeeds::InputsAndOutput
+const ElementwiseOpInfo kOps[] = {
+#define BARACUDA_EW(name, group, nin, boolin, params, fw, out, bw, bwd, gmask, tol) \
+  {ElementwiseOp::name, #name, #group, nin, boolin, params, DTypeSet(fw), out, bw, DTypeSet(bwd), gmask, tol},
+#include "baracuda/ops/elementwise_ops.def"
+#undef BARACUDA_EW
+};
+#undef FP
+#undef INT
+#undef NUM
+#undef B
+#undef C
+#undef F8
+#undef ALL
+#undef SAME
+#undef BOOL
+#undef CAST
+#undef NO
+#undef DY
+#undef IN
+#undef OUT
+#undef INOUT
+
+/// The i-th "name=default" item of a params spec.
+std::string_view param_item(const char* spec, int i) {
+  std::string_view s(spec);
+  for (int k = 0; k < i; ++k) {
+    const auto c = s.find(',');
+    if (c == std::string_view::npos) return {};
+    s.remove_prefix(c + 1);
+  }
+  const auto c = s.find(',');
+  return c == std::string_view::npos ? s : s.substr(0, c);
+}
+
+std::string dtype_list(DTypeSet set) {
+  std::string out;
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (!contains(set, static_cast<DType>(i))) continue;
+    if (!out.empty()) out += ", ";
+    out += name(static_cast<DType>(i));
+  }
+  return out.empty() ? "none" : out;
+}
+
+Error invalid(std::string msg) { return make_error(Status::InvalidProblem, std::move(msg)); }
+Error unsupported(std::string msg) { return make_error(Status::Unsupported, std::move(msg)); }
+
+std::string op_label(const ElementwiseDesc& d) {
+  return std::string(info(d.op).name) + (d.direction == Direction::Backward ? "_backward" : "");
+}
+}  // namespace
+
+std::span<const ElementwiseOpInfo> elementwise_ops() { return kOps; }
+const ElementwiseOpInfo& info(ElementwiseOp op) { return kOps[static_cast<int>(op)]; }
+std::optional<ElementwiseOp> elementwise_op_from_name(std::string_view n) {
+  for (const auto& r : kOps)
+    if (n == r.name) return r.op;
+  return std::nullopt;
+}
+const char* to_string(Direction d) { return d == Direction::Forward ? "forward" : "backward"; }
+
+int ElementwiseOpInfo::num_params() const {
+  if (!params || !*params) return 0;
+  return 1 + static_cast<int>(std::count(params, params + std::strlen(params), ','));
+}
+std::string_view ElementwiseOpInfo::param_name(int i) const {
+  const auto item = param_item(params, i);
+  return item.substr(0, item.find('='));
+}
+double ElementwiseOpInfo::param_default(int i) const {
+  const auto item = param_item(params, i);
+  const std::string v(item.substr(item.find('=') + 1));
+  if (v.find('|') != std::string::npos) return 0;
+  if (v == "inf") return HUGE_VAL;
+  if (v == "-inf") return -HUGE_VAL;
+  return std::strtod(v.c_str(), nullptr);
+}
+int ElementwiseOpInfo::param_choice(int i, std::string_view choice) const {
+  auto v = param_item(params, i);
+  v.remove_prefix(v.find('=') + 1);
+  for (int k = 0;; ++k) {
+    const auto bar = v.find('|');
+    if (v.substr(0, bar) == choice) return k;
+    if (bar == std::string_view::npos) return -1;
+    v.remove_prefix(bar + 1);
+  }
+}
+int ElementwiseOpInfo::num_grads() const { return __builtin_popcount(grad_mask); }
+
+// ---- shapes ------------------------------------------------------------------------------------
+Shape Shape::of(const Layout& l) {
+  Shape s;
+  s.rank = l.rank;
+  s.dims = l.shape;
+  return s;
+}
+Shape Shape::of(std::initializer_list<int64_t> d) {
+  Shape s;
+  s.rank = static_cast<int>(d.size());
+  std::copy(d.begin(), d.end(), s.dims.begin());
+  return s;
+}
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= dims[i];
+  return n;
+}
+bool Shape::operator==(const Shape& o) const {
+  return rank == o.rank && std::equal(dims.begin(), dims.begin() + rank, o.dims.begin());
+}
+std::string Shape::str() const {
+  std::ostringstream os;
+  os << '[';
+  for (int i = 0; i < rank; ++i) os << (i ? ", " : "") << dims[i];
+  os << ']';
+  return os.str();
+}
+
+Result<Shape> broadcast_shapes(std::string_view op, std::span<const Shape> shapes) {
+  Shape out;
+  for (const auto& s : shapes) out.rank = std::max(out.rank, s.rank);
+  for (int d = 0; d < out.rank; ++d) out.dims[d] = 1;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const Shape& s = shapes[k];
+    if (s.rank > kMaxRank) return invalid(std::string(op) + ": input " + std::to_string(k) + " has rank > 8");
+    for (int i = 0; i < s.rank; ++i) {
+      const int d = out.rank - s.rank + i;
+      const int64_t v = s.dims[i];
+      if (v < 0)
+        return invalid(std::string(op) + ": input " + std::to_string(k) + " has negative size " + std::to_string(v) +
+                       " in shape " + s.str());
+      if (v == out.dims[d] || v == 1) continue;
+      if (out.dims[d] == 1) {
+        out.dims[d] = v;
+        continue;
+      }
+      return invalid(std::string(op) + ": shapes do not broadcast: input " + std::to_string(k) + " " + s.str() +
+                     " vs size " + std::to_string(out.dims[d]) + " at dim " + std::to_string(d) +
+                     " of the other inputs");
+    }
+  }
+  return out;
+}
+
+// ---- descriptor --------------------------------------------------------------------------------
+ElementwiseDesc ElementwiseDesc::make(ElementwiseOp op, DType dtype, std::initializer_list<Shape> shapes,
+                                      Direction dir) {
+  const auto& in = info(op);
+  ElementwiseDesc d;
+  d.op = op;
+  d.direction = dir;
+  d.dtype = dtype;
+  d.out_dtype = in.out == OutRule::Bool ? DType::b8 : dtype;
+  for (int i = 0; i < in.num_params() && i < 4; ++i) d.params[i] = in.param_default(i);
+  if (in.nin == 0) {
+    if (shapes.size() > 0) d.out_shape = *shapes.begin();
+  } else {
+    int k = 0;
+    for (const auto& s : shapes)
+      if (k < 3) d.in_shapes[k++] = s;
+    auto b = broadcast_shapes(in.name, std::span<const Shape>(d.in_shapes.data(), static_cast<size_t>(k)));
+    if (b) d.out_shape = *b;
+  }
+  return d;
+}
+
+Result<void> ElementwiseDesc::set_param(std::string_view pname, double value) {
+  const auto& in = info(op);
+  for (int i = 0; i < in.num_params(); ++i)
+    if (in.param_name(i) == pname) {
+      params[i] = value;
+      return {};
+    }
+  return invalid(std::string(in.name) + ": unknown parameter '" + std::string(pname) + "' (expected one of \"" +
+                 in.params + "\")");
+}
+
+Result<void> ElementwiseDesc::set_param(std::string_view pname, std::string_view choice) {
+  const auto& in = info(op);
+  for (int i = 0; i < in.num_params(); ++i)
+    if (in.param_name(i) == pname) {
+      const int c = in.param_choice(i, choice);
+      if (c < 0)
+        return invalid(std::string(in.name) + ": parameter '" + std::string(pname) + "' expected one of \"" +
+                       std::string(param_item(in.params, i)) + "\", got '" + std::string(choice) + "'");
+      params[i] = c;
+      return {};
+    }
+  return set_param(pname, 0.0);  // reports the unknown name
+}
+
+// ---- select --------------------------------------------------------------------------------------
+namespace {
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+/// Gradients that need a sum over broadcast dims get a dense out_shape slice of workspace.
+bool grad_needs_reduction(const ElementwiseDesc& d, int input) {
+  return d.in_shapes[input].numel() != d.out_shape.numel();
+}
+
+DType math_dtype(DType t) {
+  switch (t) {
+    case DType::f16: case DType::bf16: case DType::f8e4m3: case DType::f8e5m2: return DType::f32;
+    default: return t;
+  }
+}
+
+Result<void> check_params(const ElementwiseDesc& d) {
+  const auto& in = info(d.op);
+  for (int i = 0; i < in.num_params(); ++i) {
+    const double v = d.params[i];
+    const std::string_view pn = in.param_name(i);
+    if (std::isnan(v) && pn != "nan")
+      return invalid(std::string(in.name) + ": parameter '" + std::string(pn) + "' must not be NaN");
+  }
+  auto need_int = [&](std::string_view pn, double lo, double v) -> Result<void> {
+    if (v != std::floor(v) || v < lo)
+      return invalid(std::string(in.name) + ": parameter '" + std::string(pn) + "' expected an integer >= " +
+                     std::to_string(static_cast<long long>(lo)) + ", got " + std::to_string(v));
+    return {};
+  };
+  switch (d.op) {
+    case ElementwiseOp::polygamma: return need_int("n", 0, d.params[0]);
+    case ElementwiseOp::round: return need_int("decimals", -308, d.params[0]);
+    case ElementwiseOp::linspace: case ElementwiseOp::logspace: {
+      BARACUDA_TRY(need_int("steps", 0, d.params[2]));
+      if (static_cast<int64_t>(d.params[2]) != d.out_shape.numel())
+        return invalid(std::string(in.name) + ": steps=" + std::to_string(static_cast<long long>(d.params[2])) +
+                       " but the output has " + std::to_string(d.out_shape.numel()) + " elements");
+      return {};
+    }
+    case ElementwiseOp::eye: {
+      BARACUDA_TRY(need_int("cols", 1, d.params[0]));
+      if (d.out_shape.rank != 2 || d.out_shape.dims[1] != static_cast<int64_t>(d.params[0]))
+        return invalid("eye: expected a 2-D output with cols=" + std::to_string(static_cast<long long>(d.params[0])) +
+                       " columns, got " + d.out_shape.str());
+      return {};
+    }
+    case ElementwiseOp::celu:
+      if (d.params[0] == 0) return invalid("celu: parameter 'alpha' must not be 0 (it divides the input)");
+      return {};
+    case ElementwiseOp::softplus:
+      if (d.params[0] == 0) return invalid("softplus: parameter 'beta' must not be 0");
+      return {};
+    default: return {};
+  }
+}
+}  // namespace
+
+Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const ElementwiseDesc& desc,
+                                                const PlanPreference& pref) {
+  if (static_cast<size_t>(desc.op) >= std::size(kOps))
+    return invalid("elementwise: op id " + std::to_string(static_cast<int>(desc.op)) + " is out of range");
+  const auto& in = info(desc.op);
+  const std::string label = op_label(desc);
+  const bool bw = desc.direction == Direction::Backward;
+
+  // Preferences: honoured or refused, never ignored.
+  if (pref.backend != Backend::Any && pref.backend != Backend::Native)
+    return unsupported(label + ": preference backend=" + to_string(pref.backend) +
+                       " cannot be honoured (elementwise ops have only the native backend)");
+  if (pref.tf32 == Tristate::Require)
+    return unsupported(label + ": preference tf32=Require cannot be honoured (elementwise math has no TF32 mode)");
+  if (pref.reduced_precision_reduction == Tristate::Require)
+    return unsupported(label + ": preference reduced_precision_reduction=Require cannot be honoured "
+                               "(broadcast-gradient sums accumulate in f32/f64)");
+  if (target.sm < 80)
+    return unsupported(label + ": target sm_" + std::to_string(target.sm) + " is below the minimum sm_80");
+
+  // Direction and dtypes.
+  if (bw && in.bw == BackwardNeeds::None)
+    return unsupported(label + ": '" + in.name + "' is not differentiable (no backward)");
+  const DTypeSet allowed = bw ? in.bw_dtypes : in.fw_dtypes;
+  if (!contains(allowed, desc.dtype))
+    return unsupported(label + ": dtype expected one of {" + dtype_list(allowed) + "}, got " +
+                       std::string(name(desc.dtype)));
+  DType expect_out = desc.dtype;
+  if (!bw && in.out == OutRule::Bool) expect_out = DType::b8;
+  if (!bw && in.out == OutRule::Cast) {
+    if (!contains(dtypes::kAll, desc.out_dtype))
+      return unsupported(label + ": out_dtype expected one of {" + dtype_list(dtypes::kAll) + "}, got " +
+                         std::string(name(desc.out_dtype)));
+    expect_out = desc.out_dtype;
+  }
+  if (desc.out_dtype != expect_out)
+    return invalid(label + ": out_dtype expected " + std::string(name(expect_out)) + ", got " +
+                   std::string(name(desc.out_dtype)));
+
+  // Shapes.
+  if (in.nin > 0) {
+    auto b = broadcast_shapes(label, std::span<const Shape>(desc.in_shapes.data(), static_cast<size_t>(in.nin)));
+    if (!b) return b.error();
+    if (!(*b == desc.out_shape))
+      return invalid(label + ": out_shape expected " + b->str() + " (the broadcast of the inputs), got " +
+                     desc.out_shape.str());
+  } else {
+    if (desc.out_shape.rank > kMaxRank) return invalid(label + ": output rank > 8");
+    for (int i = 0; i < desc.out_shape.rank; ++i)
+      if (desc.out_shape.dims[i] < 0) return invalid(label + ": negative size in out_shape " + desc.out_shape.str());
+  }
+  BARACUDA_TRY(check_params(desc));
+
+  const detail::EwEntry* e = detail::ew_find(desc.op, desc.direction, desc.dtype, bw ? desc.dtype : desc.out_dtype);
+  if (!e)
+    return unsupported(label + ": no kernel registered for " + std::string(name(desc.dtype)) + " -> " +
+                       std::string(name(desc.out_dtype)));
+
+  ElementwisePlan p;
+  p.desc_ = desc;
+  p.entry_ = e;
+  p.allow_vectorized_ = pref.vectorized != Tristate::Forbid;
+  p.sku_.category = "elementwise";
+  p.sku_.op = label;
+  p.sku_.dtypes = std::string(name(desc.dtype)) + "->" + std::string(name(bw ? desc.dtype : desc.out_dtype));
+  p.sku_.arch = target.sm >= 90 ? "sm_90a" : "sm_80";
+  p.sku_.backend = Backend::Native;
+  p.sku_.layout = p.allow_vectorized_ ? "auto (vec16|strided-i32|strided-i64)" : "strided (vectorization forbidden)";
+  p.sku_.precision.math = math_dtype(desc.dtype);
+  p.sku_.precision.accumulator = desc.dtype == DType::f64 ? DType::f64 : math_dtype(desc.dtype);
+  p.sku_.precision.deterministic = true;
+  p.sku_.precision.bit_stable = true;
+  if (desc.op == ElementwiseOp::gelu || desc.op == ElementwiseOp::geglu)
+    p.sku_.precision.note = desc.params[0] != 0 ? "tanh approximation" : "exact erf";
+  if (desc.op == ElementwiseOp::cast)
+    p.sku_.precision.note = desc.params[0] != 0 ? "saturating to the finite range" : "torch overflow rules";
+  if (bw) {
+    size_t ws = 0;
+    int gi = 0;
+    for (int i = 0; i < in.nin; ++i) {
+      if (!((in.grad_mask >> i) & 1)) continue;
+      if (grad_needs_reduction(desc, i))
+        ws += align256(static_cast<size_t>(desc.out_shape.numel()) * static_cast<size_t>(size_in_bytes(desc.dtype)));
+      ++gi;
+    }
+    p.workspace_bytes_ = ws;
+    if (ws) p.sku_.epilogue = "sum-to-shape (f32 accumulate, fixed order)";
+  }
+  return p;
+}
+
+// ---- argument checks -----------------------------------------------------------------------------
+namespace {
+struct Operand {
+  const char* role;
+  int index;
+  const void* data;
+  DType dtype;
+  const Layout* layout;
+  bool is_output;
+};
+
+std::string operand_name(const Operand& o) {
+  return std::string(o.role) + (o.index >= 0 ? "[" + std::to_string(o.index) + "]" : "");
+}
+
+/// Byte range [lo, hi) the tensor can touch; fails on negative strides or int64 overflow.
+Result<void> byte_range(const std::string& label, const Operand& o, uintptr_t* lo, uintptr_t* hi) {
+  const Layout& l = *o.layout;
+  int64_t span = 0;
+  for (int d = 0; d < l.rank; ++d) {
+    if (l.stride[d] < 0)
+      return invalid(label + ": " + operand_name(o) + " stride[" + std::to_string(d) + "] expected >= 0, got " +
+                     std::to_string(l.stride[d]) + " (negative strides are not supported)");
+    if (l.shape[d] == 0) {
+      *lo = *hi = 0;
+      return {};
+    }
+    int64_t t;
+    if (__builtin_mul_overflow(l.shape[d] - 1, l.stride[d], &t) || __builtin_add_overflow(span, t, &span))
+      return invalid(label + ": " + operand_name(o) + " footprint overflows 64 bits (shape " + l.shape_str() +
+                     ", strides " + l.stride_str() + ")");
+  }
+  int64_t bytes;
+  if (__builtin_mul_overflow(span + 1, static_cast<int64_t>(size_in_bytes(o.dtype)), &bytes))
+    return invalid(label + ": " + operand_name(o) + " footprint overflows 64 bits");
+  *lo = reinterpret_cast<uintptr_t>(o.data);
+  *hi = *lo + static_cast<uintptr_t>(bytes);
+  return {};
+}
+}  // namespace
+
+Result<void> ElementwisePlan::can_implement(const ElementwiseArgs& a) const {
+  const auto& in = info(desc_.op);
+  const std::string label = op_label(desc_);
+  const bool bw = desc_.direction == Direction::Backward;
+
+  // Expected operands.
+  std::vector<Operand> ops;
+  std::vector<Shape> want;
+  int want_nin = in.nin, want_nout = 1;
+  if (bw) {
+    const bool needs_in = in.bw == BackwardNeeds::Inputs || in.bw == BackwardNeeds::InputsAndOutput;
+    const bool needs_out = in.bw == BackwardNeeds::Output || in.bw == BackwardNeeds::InputsAndOutput;
+    want_nin = 1 + (needs_in ? in.nin : 0) + (needs_out ? 1 : 0);
+    want_nout = in.num_grads();
+  }
+  if (a.nin != want_nin || a.nout != want_nout)
+    return invalid(label + ": expected " + std::to_string(want_nin) + " input tensor(s) and " +
+                   std::to_string(want_nout) + " output tensor(s), got " + std::to_string(a.nin) + " and " +
+                   std::to_string(a.nout));
+
+  auto add_in = [&](int k, const char* role, int idx, DType dt, const Shape& s) {
+    ops.push_back({role, idx, a.in[k].data, dt, &a.in[k].layout, false});
+    want.push_back(s);
+    (void)dt;
+  };
+  std::vector<DType> want_dt;
+  if (!bw) {
+    for (int i = 0; i < in.nin; ++i) {
+      const DType dt = ((in.bool_inputs >> i) & 1) ? DType::b8 : desc_.dtype;
+      add_in(i, "input", i, dt, desc_.in_shapes[i]);
+      want_dt.push_back(dt);
+    }
+    ops.push_back({"output", -1, a.out[0].data, desc_.out_dtype, &a.out[0].layout, true});
+    want.push_back(desc_.out_shape);
+    want_dt.push_back(desc_.out_dtype);
+  } else {
+    int k = 0;
+    add_in(k++, "grad_output", -1, desc_.dtype, desc_.out_shape);
+    want_dt.push_back(desc_.dtype);
+    const bool needs_in = in.bw == BackwardNeeds::Inputs || in.bw == BackwardNeeds::InputsAndOutput;
+    const bool needs_out = in.bw == BackwardNeeds::Output || in.bw == BackwardNeeds::InputsAndOutput;
+    if (needs_in)
+      for (int i = 0; i < in.nin; ++i) {
+        const DType dt = ((in.bool_inputs >> i) & 1) ? DType::b8 : desc_.dtype;
+        add_in(k++, "input", i, dt, desc_.in_shapes[i]);
+        want_dt.push_back(dt);
+      }
+    if (needs_out) {
+      add_in(k++, "output", -1, desc_.dtype, desc_.out_shape);
+      want_dt.push_back(desc_.dtype);
+    }
+    int g = 0;
+    for (int i = 0; i < in.nin; ++i) {
+      if (!((in.grad_mask >> i) & 1)) continue;
+      ops.push_back({"grad_input", i, a.out[g].data, desc_.dtype, &a.out[g].layout, true});
+      want.push_back(desc_.in_shapes[i]);
+      want_dt.push_back(desc_.dtype);
+      ++g;
+    }
+  }
+  // The tensors given, in the same order as `ops`.
+  std::vector<DType> got_dt;
+  for (int k = 0; k < a.nin; ++k) got_dt.push_back(a.in[k].dtype);
+  for (int k = 0; k < a.nout; ++k) got_dt.push_back(a.out[k].dtype);
+
+  std::vector<std::pair<uintptr_t, uintptr_t>> range(ops.size());
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const Operand& o = ops[k];
+    if (got_dt[k] != want_dt[k])
+      return invalid(label + ": " + operand_name(o) + " dtype expected " + std::string(name(want_dt[k])) + ", got " +
+                     std::string(name(got_dt[k])));
+    if (!(Shape::of(*o.layout) == want[k]))
+      return invalid(label + ": " + operand_name(o) + " shape expected " + want[k].str() + ", got " +
+                     o.layout->shape_str());
+    BARACUDA_TRY(byte_range(label, o, &range[k].first, &range[k].second));
+    if (o.layout->numel() > 0 && o.data == nullptr)
+      return invalid(label + ": " + operand_name(o) + " is null but has " + std::to_string(o.layout->numel()) +
+                     " elements");
+    if (o.is_output && (o.layout->has_zero_stride() || o.layout->has_internal_overlap()))
+      return invalid(label + ": " + operand_name(o) + " overlaps itself (shape " + o.layout->shape_str() +
+                     ", strides " + o.layout->stride_str() + "); outputs need distinct elements");
+  }
+  // Outputs must not partially alias any other operand; exact in-place (same pointer, same
+  // strides over the output shape) is elementwise-safe.
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!ops[i].is_output || range[i].first == range[i].second) continue;
+    for (size_t j = 0; j < ops.size(); ++j) {
+      if (i == j || range[j].first == range[j].second) continue;
+      const bool overlap = range[i].first < range[j].second && range[j].first < range[i].second;
+      if (!overlap) continue;
+      const Layout& li = *ops[i].layout;
+      const Layout& lj = *ops[j].layout;
+      bool same = !ops[j].is_output && ops[i].data == ops[j].data && ops[i].dtype == ops[j].dtype &&
+                  li.rank == lj.rank && Shape::of(li) == Shape::of(lj);
+      for (int d = 0; same && d < li.rank; ++d) same = li.shape[d] == 1 || li.stride[d] == lj.stride[d];
+      if (!same)
+        return invalid(label + ": " + operand_name(ops[i]) + " partially overlaps " + operand_name(ops[j]) +
+                       " (only exact in-place is allowed)");
+    }
+  }
+  return {};
+}
+
+std::string_view ElementwisePlan::layout_for(const ElementwiseArgs& a) const {
+  const Shape& s = desc_.out_shape;
+  if (s.numel() == 0) return "empty";
+  std::array<TensorMut, 3> outs{};
+  for (int k = 0; k < a.nout; ++k) outs[k] = a.out[k];
+  auto it = detail::make_ew_iter(std::span<const TensorMut>(outs.data(), static_cast<size_t>(a.nout)),
+                                 std::span<const TensorRef>(a.in.data(), static_cast<size_t>(a.nin)), s.rank,
+                                 s.dims.data(), info(desc_.op).nin == 0);
+  if (it.contiguous) return (allow_vectorized_ && it.aligned16) ? "contiguous-vec16" : "contiguous";
+  return it.fits_i32 ? "strided-i32" : "strided-i64";
+}
+
+Result<void> ElementwisePlan::run(cudaStream_t stream, Workspace ws, const ElementwiseArgs& a) const {
+  BARACUDA_TRY(can_implement(a));
+  const auto& in = info(desc_.op);
+  const std::string label = op_label(desc_);
+  const Shape& s = desc_.out_shape;
+  if (s.numel() == 0) return {};
+  if (ws.bytes < workspace_bytes_ || (workspace_bytes_ && !ws.ptr))
+    return make_error(Status::WorkspaceTooSmall, label + ": workspace expected >= " + std::to_string(workspace_bytes_) +
+                                                     " bytes, got " + std::to_string(ws.bytes));
+  detail::EwParams p{};
+  for (int i = 0; i < 4; ++i) {
+    p.d[i] = desc_.params[i];
+    p.f[i] = static_cast<float>(desc_.params[i]);
+  }
+  // Gradients of broadcast inputs go to dense workspace slices first.
+  std::array<TensorMut, 3> outs{};
+  std::array<int, 3> reduce_input{-1, -1, -1};
+  char* wsp = static_cast<char*>(ws.ptr);
+  const bool bw = desc_.direction == Direction::Backward;
+  for (int k = 0; k < a.nout; ++k) outs[k] = a.out[k];
+  if (bw) {
+    int g = 0;
+    for (int i = 0; i < in.nin; ++i) {
+      if (!((in.grad_mask >> i) & 1)) continue;
+      if (grad_needs_reduction(desc_, i)) {
+        outs[g] = TensorMut{wsp, desc_.dtype, Layout::contiguous(s.rank, s.dims.data())};
+        wsp += align256(static_cast<size_t>(s.numel()) * static_cast<size_t>(size_in_bytes(desc_.dtype)));
+        reduce_input[g] = i;
+      }
+      ++g;
+    }
+  }
+  auto it = detail::make_ew_iter(std::span<const TensorMut>(outs.data(), static_cast<size_t>(a.nout)),
+                                 std::span<const TensorRef>(a.in.data(), static_cast<size_t>(a.nin)), s.rank,
+                                 s.dims.data(), in.nin == 0);
+  cudaError_t e = entry_->launch(it, p, allow_vectorized_, stream);
+  if (e != cudaSuccess) return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
+  for (int g = 0; g < a.nout; ++g) {
+    if (reduce_input[g] < 0) continue;
+    e = detail::ew_sum_to_shape(desc_.dtype, outs[g].data, s, a.out[g], stream);
+    if (e != cudaSuccess)
+      return make_error(Status::CudaError, label + ": gradient reduction failed: " + cudaGetErrorString(e));
+  }
+  return {};
+}
+
+// ---- convenience ---------------------------------------------------------------------------------
+namespace {
+std::string desc_key(const ElementwiseDesc& d, const PlanPreference& p, int device) {
+  std::string k(reinterpret_cast<const char*>(&d.op), sizeof(d.op));
+  k.append(reinterpret_cast<const char*>(&d.direction), sizeof(d.direction));
+  k.append(reinterpret_cast<const char*>(&d.dtype), sizeof(d.dtype));
+  k.append(reinterpret_cast<const char*>(&d.out_dtype), sizeof(d.out_dtype));
+  k.append(reinterpret_cast<const char*>(d.params.data()), sizeof(d.params));
+  for (const auto* s : {&d.in_shapes[0], &d.in_shapes[1], &d.in_shapes[2], &d.out_shape}) {
+    k.append(reinterpret_cast<const char*>(&s->rank), sizeof(s->rank));
+    k.append(reinterpret_cast<const char*>(s->dims.data()), sizeof(int64_t) * static_cast<size_t>(s->rank));
+  }
+  k.append(reinterpret_cast<const char*>(&p), sizeof(p));
+  k.append(reinterpret_cast<const char*>(&device), sizeof(device));
+  return k;
+}
+}  // namespace
+
+Result<void> elementwise(cudaStream_t stream, const ElementwiseDesc& desc, const ElementwiseArgs& args, Workspace ws,
+                         const PlanPreference& pref) {
+  thread_local std::map<std::string, ElementwisePlan> cache;
+  thread_local std::optional<Target> target;
+  if (!target) {
+    auto t = Target::current();
+    if (!t) return t.error();
+    target = *t;
+  }
+  const std::string key = desc_key(desc, pref, target->device);
+  auto found = cache.find(key);
+  if (found == cache.end()) {
+    auto plan = ElementwisePlan::select(*target, desc, pref);
+    if (!plan) return plan.error();
+    if (cache.size() > 4096) cache.clear();
+    found = cache.emplace(key, std::move(plan.value())).first;
+  }
+  return found->second.run(stream, ws, args);
+}
+
+Result<std::array<TensorRef, 2>> split_halves(const TensorRef& t, int dim) {
+  if (dim < 0) dim += t.rank();
+  if (dim < 0 || dim >= t.rank())
+    return invalid("split_halves: dim expected in [-" + std::to_string(t.rank()) + ", " + std::to_string(t.rank()) +
+                   "), got " + std::to_string(dim));
+  if (t.size(dim) % 2 != 0)
+    return invalid("split_halves: size of dim " + std::to_string(dim) + " expected even, got " +
+                   std::to_string(t.size(dim)));
+  std::array<TensorRef, 2> h{t, t};
+  const int64_t half = t.size(dim) / 2;
+  h[0].layout.shape[dim] = half;
+  h[1].layout.shape[dim] = half;
+  h[1].data = static_cast<const char*>(t.data) + half * t.stride(dim) * size_in_bytes(t.dtype);
+  return h;
+}
+
+}  // namespace baracuda

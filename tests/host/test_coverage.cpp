@@ -1,0 +1,130 @@
+// Dtype coverage: for every row of elementwise_ops.def, select() accepts exactly the declared
+// dtypes, forward and backward, and refuses every other one with Status::Unsupported and a
+// message naming the op and the dtype. Cast accepts every (src, dst) pair of unpacked dtypes.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "baracuda/ops/elementwise.hpp"
+#include "test_util.hpp"
+
+namespace baracuda {
+namespace {
+
+using test::probe_desc;
+
+class Coverage : public ::testing::TestWithParam<ElementwiseOp> {};
+
+std::string op_param_name(const ::testing::TestParamInfo<ElementwiseOp>& p) { return info(p.param).name; }
+
+std::vector<ElementwiseOp> all_ops() {
+  std::vector<ElementwiseOp> v;
+  for (const auto& r : elementwise_ops()) v.push_back(r.op);
+  return v;
+}
+
+TEST_P(Coverage, ForwardAcceptsExactlyDeclaredDtypes) {
+  const auto& in = info(GetParam());
+  const Target target = Target::offline();
+  int accepted = 0;
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const DType t = static_cast<DType>(i);
+    SCOPED_TRACE(std::string(in.name) + " forward " + std::string(name(t)));
+    if (in.out == OutRule::Cast) {
+      for (int j = 0; j < kNumDTypes; ++j) {
+        const DType dst = static_cast<DType>(j);
+        SCOPED_TRACE("-> " + std::string(name(dst)));
+        auto desc = probe_desc(in.op, t);
+        desc.out_dtype = dst;
+        auto plan = ElementwisePlan::select(target, desc);
+        const bool declared = contains(in.fw_dtypes, t) && contains(dtypes::kAll, dst);
+        if (declared) {
+          ASSERT_TRUE(plan.ok()) << plan.message();
+          EXPECT_EQ(plan->sku().dtypes, std::string(name(t)) + "->" + std::string(name(dst)));
+          ++accepted;
+        } else {
+          // The message names whichever side is not declared.
+          EXPECT_FAILS_WITH(plan, Status::Unsupported, in.name, "got " + std::string(name(contains(in.fw_dtypes, t) ? dst : t)));
+        }
+      }
+      continue;
+    }
+    auto plan = ElementwisePlan::select(target, probe_desc(in.op, t));
+    if (contains(in.fw_dtypes, t)) {
+      ASSERT_TRUE(plan.ok()) << plan.message();
+      const DType out = in.out == OutRule::Bool ? DType::b8 : t;
+      EXPECT_EQ(plan->sku().dtypes, std::string(name(t)) + "->" + std::string(name(out)));
+      EXPECT_EQ(plan->sku().op, in.name);
+      EXPECT_EQ(plan->sku().category, "elementwise");
+      EXPECT_EQ(plan->sku().backend, Backend::Native);
+      EXPECT_EQ(plan->workspace_size(), 0u);
+      ++accepted;
+    } else {
+      EXPECT_FAILS_WITH(plan, Status::Unsupported, in.name, "got " + std::string(name(t)), "expected one of");
+    }
+  }
+  EXPECT_GT(accepted, 0) << in.name << " accepts no dtype at all";
+}
+
+TEST_P(Coverage, BackwardAcceptsExactlyDeclaredDtypes) {
+  const auto& in = info(GetParam());
+  const Target target = Target::offline();
+  const std::string label = std::string(in.name) + "_backward";
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const DType t = static_cast<DType>(i);
+    SCOPED_TRACE(label + " " + std::string(name(t)));
+    auto plan = ElementwisePlan::select(target, probe_desc(in.op, t, Direction::Backward));
+    if (in.bw == BackwardNeeds::None) {
+      EXPECT_FAILS_WITH(plan, Status::Unsupported, label, "not differentiable");
+    } else if (contains(in.bw_dtypes, t)) {
+      ASSERT_TRUE(plan.ok()) << plan.message();
+      EXPECT_EQ(plan->sku().op, label);
+      EXPECT_EQ(plan->sku().dtypes, std::string(name(t)) + "->" + std::string(name(t)));
+      EXPECT_EQ(plan->workspace_size(), 0u) << "no input is broadcast, nothing to reduce";
+    } else {
+      EXPECT_FAILS_WITH(plan, Status::Unsupported, label, "got " + std::string(name(t)), "expected one of");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, Coverage, ::testing::ValuesIn(all_ops()), op_param_name);
+
+// ---- the table itself ------------------------------------------------------------------------
+TEST(OpTable, RowsAreConsistent) {
+  const auto ops = elementwise_ops();
+  ASSERT_GT(ops.size(), 100u);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const auto& r = ops[i];
+    SCOPED_TRACE(r.name);
+    EXPECT_EQ(static_cast<size_t>(r.op), i) << "rows are in enum order";
+    EXPECT_EQ(&info(r.op), &r);
+    ASSERT_TRUE(elementwise_op_from_name(r.name).has_value());
+    EXPECT_EQ(*elementwise_op_from_name(r.name), r.op);
+    EXPECT_GE(r.nin, 0);
+    EXPECT_LE(r.nin, 3);
+    EXPECT_LE(r.num_params(), 4);
+    EXPECT_EQ(r.fw_dtypes & ~dtypes::kAll, 0u) << "packed dtypes are storage only";
+    EXPECT_EQ(r.bool_inputs >> r.nin, 0u) << "bool_inputs names inputs that do not exist";
+    EXPECT_EQ(r.grad_mask >> r.nin, 0u) << "grad_mask names inputs that do not exist";
+    EXPECT_EQ(r.grad_mask & r.bool_inputs, 0u) << "a bool input cannot receive a gradient";
+    if (r.bw == BackwardNeeds::None) {
+      EXPECT_EQ(r.bw_dtypes, 0u);
+      EXPECT_EQ(r.grad_mask, 0u);
+    } else {
+      EXPECT_NE(r.bw_dtypes, 0u);
+      EXPECT_GT(r.num_grads(), 0);
+      EXPECT_EQ(r.bw_dtypes & ~r.fw_dtypes, 0u) << "backward dtypes must be a subset of the forward ones";
+    }
+    EXPECT_GE(r.tol, 1.0);
+    for (int p = 0; p < r.num_params(); ++p) EXPECT_FALSE(r.param_name(p).empty());
+  }
+  EXPECT_FALSE(elementwise_op_from_name("no_such_op").has_value());
+}
+
+TEST(OpTable, Directions) {
+  EXPECT_STREQ(to_string(Direction::Forward), "forward");
+  EXPECT_STREQ(to_string(Direction::Backward), "backward");
+}
+
+}  // namespace
+}  // namespace baracuda

@@ -1,0 +1,60 @@
+// Helpers shared by the host tests: probe descriptors that pass every check except the one a
+// test is about, fake device pointers (can_implement never dereferences them) and matchers.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "baracuda/ops/elementwise.hpp"
+
+namespace baracuda::test {
+
+/// A descriptor for `op` that select() accepts whenever `dt` is declared: every input [4, 5],
+/// generators a [1, 1] output (linspace steps=1, eye cols=1 match it).
+inline ElementwiseDesc probe_desc(ElementwiseOp op, DType dt, Direction dir = Direction::Forward) {
+  const auto& in = info(op);
+  if (in.nin == 0) return ElementwiseDesc::make(op, dt, {Shape::of({1, 1})}, dir);
+  switch (in.nin) {
+    case 1: return ElementwiseDesc::make(op, dt, {Shape::of({4, 5})}, dir);
+    case 2: return ElementwiseDesc::make(op, dt, {Shape::of({4, 5}), Shape::of({4, 5})}, dir);
+    default: return ElementwiseDesc::make(op, dt, {Shape::of({4, 5}), Shape::of({4, 5}), Shape::of({4, 5})}, dir);
+  }
+}
+
+/// A distinct, 256-byte aligned fake device address per slot; never dereferenced.
+inline void* fake_ptr(int slot, int64_t byte_offset = 0) {
+  return reinterpret_cast<void*>(uintptr_t{0x7f0000000000} + uintptr_t(slot) * (uintptr_t{1} << 32) +
+                                 static_cast<uintptr_t>(byte_offset));
+}
+
+inline TensorRef ref(int slot, DType dt, std::initializer_list<int64_t> shape) {
+  return make_ref(fake_ptr(slot), dt, shape);
+}
+inline TensorMut mut(int slot, DType dt, std::initializer_list<int64_t> shape) {
+  return make_mut(fake_ptr(slot), dt, shape);
+}
+
+/// Layout with explicit strides.
+inline Layout strided(std::initializer_list<int64_t> shape, std::initializer_list<int64_t> stride) {
+  Layout l;
+  l.rank = static_cast<int>(shape.size());
+  int d = 0;
+  for (auto s : shape) l.shape[d++] = s;
+  d = 0;
+  for (auto s : stride) l.stride[d++] = s;
+  return l;
+}
+
+}  // namespace baracuda::test
+
+/// EXPECT that a Result failed with `code` and a message containing every one of the needles.
+#define EXPECT_FAILS_WITH(result, code, ...)                                                     \
+  do {                                                                                           \
+    const auto& r_ = (result);                                                                   \
+    EXPECT_FALSE(r_.ok()) << "expected failure";                                                 \
+    EXPECT_EQ(r_.status(), (code)) << to_string(r_.status()) << ": " << r_.message();            \
+    for (const std::string& needle_ : std::initializer_list<std::string>{__VA_ARGS__})                                                    \
+      EXPECT_NE(r_.message().find(needle_), std::string::npos)                                   \
+          << "message '" << r_.message() << "' does not mention '" << needle_ << "'";            \
+  } while (0)
