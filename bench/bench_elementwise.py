@@ -262,7 +262,7 @@ def build_rows(torch, numel):
         rows.append(Row("arange", "arange", dt, [], [(dt, flat)],
                         lambda i, o: torch.arange(0, o[0].numel(), 1, out=o[0]), None, params=[0, 1]))
 
-    # -- backward (inputs: grad_output, then forward inputs (IN) or the forward output (OUT))
+    # -- backward (inputs: grad_output, then forward inputs (IN) or the forward output (OUT); DY: none)
     bws = [("gelu(none)", "gelu", ["normal", "normal"], BW("gelu_backward", approximate="none"), [0], 1, ""),
            ("gelu(tanh)", "gelu", ["normal", "normal"], BW("gelu_backward", approximate="tanh"), [1], 1, ""),
            ("silu", "silu", ["normal", "normal"], BW("silu_backward"), [], 1, ""),
@@ -273,7 +273,7 @@ def build_rows(torch, numel):
            ("mul", "mul", ["normal", "normal", "normal"],
             (lambda i, o: (torch.mul(i[0], i[2], out=o[0]), torch.mul(i[0], i[1], out=o[1])),
              lambda i: (i[0] * i[2], i[0] * i[1])), [], 2, "torch: 2 mul"),
-           ("add", "add", ["normal", "normal", "normal"],
+           ("add", "add", ["normal"],  # bw "dy": the backward reads grad_output only
             (lambda i, o: (o[0].copy_(i[0]), o[1].copy_(i[0])), lambda i: (i[0].clone(), i[0].clone())), [1], 2,
             "torch: 2 copy_ (autograd passes grad through)")]
     for label, op, specs, tfns, params, nout, note in bws:

@@ -23,7 +23,7 @@ py_ok() {
   "$PY" -c 'import os, sys, sysconfig, nanobind; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)' >/dev/null 2>&1
 }
 if [ -f python/CMakeLists.txt ] && py_ok; then
-  cmake_args+=(-DBARACUDA_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$(command -v "$PY")")
+  cmake_args+=(-DBARACUDA_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$("$PY" -c 'import sys; print(sys.executable)')")
 else
   [ -f python/CMakeLists.txt ] && echo "[build] not building the Python module: $PY lacks nanobind or Python.h (scripts/install-deps.sh)"
   cmake_args+=(-DBARACUDA_BUILD_PYTHON=OFF)

@@ -42,13 +42,19 @@ else
   fi
   "$PY" -m pytest "${py_dirs[@]}" -q -rs 2>&1 | tee "$LOG_DIR/pytest.log"
   py_rc=${PIPESTATUS[0]}
-  py_summary="$(grep -E '^=+ .* in [0-9.]+s' "$LOG_DIR/pytest.log" | tail -1 | sed -E 's/^=+ //; s/ =+$//')"
+  # The last "N passed, M skipped in 0.1s" line (bare with -q, between '=' rules otherwise).
+  py_summary="$(grep -E '(passed|failed|skipped|error|errors|no tests ran|deselected).* in [0-9.]+s' "$LOG_DIR/pytest.log" \
+                | tail -1 | sed -E 's/^=+ //; s/ =+$//')"
   case $py_rc in
     0) py_status="passed: $py_summary" ;;
-    5) # pytest's "no tests collected": every module skipped itself at import (no GPU / no torch).
-       # Anything else (collection errors, usage errors) has its own exit code.
-       if grep -qiE 'error' <<<"$py_summary"; then py_status="FAILED: $py_summary"
-       else py_status="no tests collected (${py_summary:-nothing to run}), counted as success"; py_rc=0; fi ;;
+    5) # pytest's "no tests collected". Success only when that is because every module skipped
+       # itself at import (no GPU / no torch: "N skipped"); an empty suite is a failure.
+       # (Collection and usage errors have exit codes of their own.)
+       if grep -qE 'skipped' <<<"$py_summary" && ! grep -qiE 'error' <<<"$py_summary"; then
+         py_status="every test module skipped itself ($py_summary), counted as success"; py_rc=0
+       else
+         py_status="FAILED: pytest collected no tests (${py_summary:-no summary})"
+       fi ;;
     *) py_status="FAILED (pytest exit $py_rc): $py_summary" ;;
   esac
 fi

@@ -106,9 +106,12 @@ ElementwiseDesc probe(ElementwiseOp op, DType dt, Direction dir) {
   const Shape s = in.nin == 0 ? Shape::of({1, 1}) : Shape::of({4, 5});
   switch (in.nin) {
     case 0:
-    case 1: return ElementwiseDesc::make(op, dt, {s}, dir);
-    case 2: return ElementwiseDesc::make(op, dt, {s, s}, dir);
-    default: return ElementwiseDesc::make(op, dt, {s, s, s}, dir);
+    case 1:
+      return ElementwiseDesc::make(op, dt, {s}, dir);
+    case 2:
+      return ElementwiseDesc::make(op, dt, {s, s}, dir);
+    default:
+      return ElementwiseDesc::make(op, dt, {s, s, s}, dir);
   }
 }
 
@@ -124,7 +127,8 @@ std::vector<Row> coverage() {
             auto d = probe(in.op, t, dir);
             d.out_dtype = static_cast<DType>(j);
             auto plan = ElementwisePlan::select(target, d);
-            if (plan) rows.push_back({plan->sku().category, in.name, to_string(plan->sku().backend), dir, t, d.out_dtype});
+            if (plan)
+              rows.push_back({plan->sku().category, in.name, to_string(plan->sku().backend), dir, t, d.out_dtype});
           }
           continue;
         }
@@ -147,9 +151,10 @@ void print_json(const std::vector<Row>& rows) {
   std::printf("[\n");
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    std::printf("  {\"family\": \"%s\", \"op\": \"%s\", \"direction\": \"%s\", \"dtype\": \"%s\", \"backend\": \"%s\"}%s\n",
-                r.family.c_str(), r.op.c_str(), to_string(r.dir), dtype_field(r).c_str(), r.backend.c_str(),
-                i + 1 < rows.size() ? "," : "");
+    std::printf(
+        "  {\"family\": \"%s\", \"op\": \"%s\", \"direction\": \"%s\", \"dtype\": \"%s\", \"backend\": \"%s\"}%s\n",
+        r.family.c_str(), r.op.c_str(), to_string(r.dir), dtype_field(r).c_str(), r.backend.c_str(),
+        i + 1 < rows.size() ? "," : "");
   }
   std::printf("]\n");
 }
@@ -170,7 +175,7 @@ void print_table(const std::vector<Row>& rows) {
   }
   std::printf("coverage: %zu ops, %zu forward + %zu backward (op, dtype) plans accepted by select() for sm_90\n", ops,
               fw, bw);
-  std::printf("%-8s %-20s %-4s %-8s %s\n", "family", "op", "dir", "backend", "dtypes");
+  std::printf("%-12s %-20s %-4s %-8s %s\n", "family", "op", "dir", "backend", "dtypes");
   // Group consecutive rows of one (op, direction).
   for (size_t i = 0; i < rows.size();) {
     size_t j = i;
@@ -185,7 +190,7 @@ void print_table(const std::vector<Row>& rows) {
       const bool full = static_cast<size_t>(__builtin_popcount(src) * __builtin_popcount(dst)) == j - i;
       dts = "{" + dts + "} -> {" + short_list(dst) + "}" + (full ? " (every pair)" : " (some pairs)");
     }
-    std::printf("%-8s %-20s %-4s %-8s %s\n", rows[i].family.c_str(), rows[i].op.c_str(),
+    std::printf("%-12s %-20s %-4s %-8s %s\n", rows[i].family.c_str(), rows[i].op.c_str(),
                 rows[i].dir == Direction::Forward ? "fw" : "bw", rows[i].backend.c_str(), dts.c_str());
     i = j;
   }
@@ -223,8 +228,10 @@ int main(int argc, char** argv) {
   }
   if (cmd == "coverage" && (argc == 2 || json) && argc <= 3) {
     const auto rows = coverage();
-    if (json) print_json(rows);
-    else print_table(rows);
+    if (json)
+      print_json(rows);
+    else
+      print_table(rows);
     return 0;
   }
   return usage(stderr);

@@ -147,8 +147,10 @@ def _to_torch(vals):
 
 
 def _from_dlpack_of(v):
+    """The from_dlpack of `v`'s framework (cupy.from_dlpack, jax.numpy.from_dlpack, ...)."""
     import importlib
-    mod = importlib.import_module(type(v).__module__.split(".")[0])
+    root = type(v).__module__.split(".")[0]
+    mod = importlib.import_module("jax.numpy" if root in ("jax", "jaxlib") else root)
     for path in (("from_dlpack",), ("numpy", "from_dlpack"), ("dlpack", "from_dlpack")):
         f = mod
         try:
@@ -161,12 +163,24 @@ def _from_dlpack_of(v):
 
 
 def _device_of(name, vals):
-    for v in vals:
-        if isinstance(v, torch.Tensor):
-            if v.device.type != "cuda":
-                raise RuntimeError(f"baracuda.functional.{name}: tensors must be on a CUDA device, got {v.device}")
-            return v.device
-    raise TypeError(f"baracuda.functional.{name}: expected at least one tensor argument")
+    """The CUDA device of the first CUDA tensor among `vals`."""
+    tensors = [v for v in vals if isinstance(v, torch.Tensor)]
+    if not tensors:
+        raise TypeError(f"baracuda.functional.{name}: expected at least one tensor argument")
+    for t in tensors:
+        if t.device.type == "cuda":
+            return t.device
+    raise RuntimeError(f"baracuda.functional.{name}: tensors must be on a CUDA device, got {tensors[0].device}")
+
+
+def _same_device(name, args, device):
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.device != device:
+            if a.dim() == 0 and a.device.type == "cpu":  # CPU scalars tensors are allowed, as in torch
+                args[i] = a.to(device)
+            else:
+                raise RuntimeError(f"baracuda.functional.{name}: expected all tensors on {device}, but input {i} "
+                                   f"is on {a.device}")
 
 
 def _scalar(v, dtype, device):
@@ -216,6 +230,7 @@ def _ew(name, args, params, out=None, dtype=None):
     s = _SPECS[name]
     args, back = _to_torch(args)
     device = _device_of(name, args)
+    _same_device(name, args, device)
     vpos = [i for i in range(len(args)) if not s.bool_input(i)]
     ct = dtype or result_type(*[args[i] for i in vpos])
     if ct not in s.fw and not (ct.is_floating_point or ct.is_complex) and torch.get_default_dtype() in s.fw:
@@ -303,6 +318,7 @@ def _backward_call(name, grad_output, inputs, output, params):
     inputs = list(inputs or [])
     vals, back = _to_torch([grad_output, *inputs] + ([output] if output is not None else []))
     device = _device_of(name + "_backward", vals)
+    _same_device(name + "_backward", vals, device)
     grad_output = vals[0]
     inputs = vals[1:1 + len(inputs)]
     output = vals[-1] if output is not None else None

@@ -115,12 +115,19 @@ Call make_call(const std::string& name, bool backward, const std::vector<nb::obj
   if (!op) fail("baracuda: unknown elementwise op '" + name + "'");
   const auto& in = info(*op);
   const std::string label = name + (backward ? "_backward" : "");
-  if (inputs.size() > c.args.in.size() || outputs.size() > c.args.out.size())
-    fail(label + ": too many tensors (" + std::to_string(inputs.size()) + " inputs, " +
-         std::to_string(outputs.size()) + " outputs)");
   if (static_cast<int>(params.size()) > in.num_params())
     fail(label + ": expected at most " + std::to_string(in.num_params()) + " parameter(s) (\"" + in.params +
          "\"), got " + std::to_string(params.size()));
+  // Tensor counts first: a wrong count would otherwise surface as a confusing shape error.
+  const bool needs_in = in.bw == BackwardNeeds::Inputs || in.bw == BackwardNeeds::InputsAndOutput;
+  const bool needs_out = in.bw == BackwardNeeds::Output || in.bw == BackwardNeeds::InputsAndOutput;
+  const size_t want_in = backward ? 1 + (needs_in ? in.nin : 0) + (needs_out ? 1 : 0) : in.nin;
+  const size_t want_out = backward ? static_cast<size_t>(in.num_grads()) : 1;
+  const bool differentiable = !backward || in.bw != BackwardNeeds::None;  // else select() says so
+  if (inputs.size() > c.args.in.size() || outputs.size() > c.args.out.size() ||
+      (differentiable && (inputs.size() != want_in || outputs.size() != want_out)))
+    fail(label + ": expected " + std::to_string(want_in) + " input tensor(s) and " + std::to_string(want_out) +
+         " output tensor(s), got " + std::to_string(inputs.size()) + " and " + std::to_string(outputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i) c.ins.push_back(to_view(label, inputs[i], "input", i, false));
   for (size_t i = 0; i < outputs.size(); ++i) c.outs.push_back(to_view(label, outputs[i], "output", i, true));
   c.device = !c.ins.empty() ? c.ins[0].device : (!c.outs.empty() ? c.outs[0].device : -1);
@@ -147,7 +154,6 @@ Call make_call(const std::string& name, bool backward, const std::vector<nb::obj
     }
   } else {
     if (!c.ins.empty()) d.out_shape = shape_of(c.ins[0]);
-    const bool needs_in = in.bw == BackwardNeeds::Inputs || in.bw == BackwardNeeds::InputsAndOutput;
     for (int i = 0, g = 0; i < in.nin; ++i) {
       Shape s = d.out_shape;
       if (needs_in && 1 + i < static_cast<int>(c.ins.size())) s = shape_of(c.ins[1 + i]);

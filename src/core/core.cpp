@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "baracuda/core/dlpack.hpp"
 #include "baracuda/core/dtype.hpp"
@@ -159,12 +158,12 @@ bool Layout::has_internal_overlap() const {
   return false;
 }
 
+// No iostreams in the library: inside processes that load another libstdc++ first (torch),
+// std::ostringstream from our copy of the templates crashed (seen on the H200, 2026-11-26).
 static std::string join(const std::array<int64_t, kMaxRank>& v, int n, char open, char close) {
-  std::ostringstream os;
-  os << open;
-  for (int d = 0; d < n; ++d) os << (d ? ", " : "") << v[d];
-  os << close;
-  return os.str();
+  std::string s(1, open);
+  for (int d = 0; d < n; ++d) s += (d ? ", " : "") + std::to_string(v[d]);
+  return s + close;
 }
 std::string Layout::shape_str() const { return join(shape, rank, '[', ']'); }
 std::string Layout::stride_str() const { return join(stride, rank, '(', ')'); }
@@ -178,21 +177,18 @@ TensorMut make_mut(void* data, DType dt, std::initializer_list<int64_t> shape) {
 
 // ---- SKU ------------------------------------------------------------------------------------
 std::string PrecisionGuarantee::to_string() const {
-  std::ostringstream os;
-  os << "math=" << name(math) << " acc=" << name(accumulator)
-     << (deterministic ? " deterministic" : " nondeterministic") << (bit_stable ? " bit-stable" : "");
-  if (!note.empty()) os << " (" << note << ")";
-  return os.str();
+  std::string s = "math=" + std::string(name(math)) + " acc=" + std::string(name(accumulator)) +
+                  (deterministic ? " deterministic" : " nondeterministic") + (bit_stable ? " bit-stable" : "");
+  if (!note.empty()) s += " (" + note + ")";
+  return s;
 }
 
 std::string KernelSku::to_string() const {
-  std::ostringstream os;
-  os << category << "/" << op << " " << dtypes << " [" << baracuda::to_string(backend);
-  if (!arch.empty()) os << " " << arch;
-  if (!layout.empty()) os << " " << layout;
-  if (!epilogue.empty()) os << " +" << epilogue;
-  os << "] " << precision.to_string();
-  return os.str();
+  std::string s = category + "/" + op + " " + dtypes + " [" + baracuda::to_string(backend);
+  if (!arch.empty()) s += " " + arch;
+  if (!layout.empty()) s += " " + layout;
+  if (!epilogue.empty()) s += " +" + epilogue;
+  return s + "] " + precision.to_string();
 }
 
 // ---- Target ---------------------------------------------------------------------------------

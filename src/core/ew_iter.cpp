@@ -82,4 +82,22 @@ EwIter make_ew_iter(std::span<const TensorMut> outs, std::span<const TensorRef> 
   return it;
 }
 
+bool ew_can_vectorize(const EwIter& it, int vec) {
+  if (it.numel == 0) return false;
+  if (it.rank == 0) return true;
+  if (it.rank > 1 && it.shape[0] % vec != 0) return false;
+  for (int k = 0; k < it.nops; ++k) {
+    const int64_t inner = it.stride[k][0];
+    if (inner == 0) {
+      if (k < it.nout) return false;  // an output is never broadcast
+      continue;
+    }
+    if (inner != 1) return false;
+    if (reinterpret_cast<uintptr_t>(it.ptr[k]) % 16 != 0) return false;
+    for (int d = 1; d < it.rank; ++d)
+      if (it.stride[k][d] % vec != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace baracuda::detail

@@ -40,4 +40,10 @@ struct EwIter {
 EwIter make_ew_iter(std::span<const TensorMut> outs, std::span<const TensorRef> ins, int out_rank,
                     const int64_t* out_shape, bool keep_order);
 
+/// True when the vectorized kernel can run with `vec` elements per access: every operand's
+/// innermost stride is 1 (then its pointer is 16-byte aligned and its outer strides are
+/// multiples of `vec`) or 0 (one value replicated), and the innermost size is a multiple of
+/// `vec` unless the iteration is one-dimensional (which may end mid-vector).
+bool ew_can_vectorize(const EwIter& it, int vec);
+
 }  // namespace baracuda::detail

@@ -311,8 +311,9 @@ def _plans(name, nin, layout):
         plans = [([33, 130], "slice")] * nin
     elif layout == "bcast":
         plans = [([[33, 1], [1, 65], [33, 65]][i % 3], None) for i in range(nin)]
-    elif layout == "scalar":
-        plans = [([] if i == 1 else [33, 65], None) for i in range(nin)]
+    elif layout == "scalar":  # one 0-dim operand (input 1; masked_fill: x, since a 0-dim mask is all or nothing)
+        k = 0 if name == "masked_fill" else 1
+        plans = [([] if i == k else [33, 65], None) for i in range(nin)]
     else:
         raise ValueError(layout)
     if name == "prelu":  # weight: 1-D with 1 or x.size(1) elements (torch's prelu)
@@ -331,6 +332,9 @@ def _view(base, view):
     return base
 
 
+SCALAR_OPERAND = {"logical_and": 1}  # 0-dim operands from a discrete domain (else its median)
+
+
 def make_inputs(name, dt, layout, g, domain=None):
     """The functional call's tensor arguments for a layout, and extra call keywords."""
     row = ROWS[name]
@@ -340,19 +344,10 @@ def make_inputs(name, dt, layout, g, domain=None):
     ins = []
     for i, ((shape, view), dom) in enumerate(zip(plans, doms)):
         idt = torch.bool if (name not in GATED and (row["bool_inputs"] >> i) & 1) else dt
+        if not shape and dom[0] == "d":  # a 0-dim operand: the middle value, so the result still varies
+            dom = D(SCALAR_OPERAND.get(name, sorted(dom[1])[len(dom[1]) // 2]))
         ins.append(_view(draw(dom, shape, idt, g), view))
     return ins, extra
-
-
-def out_shape_of(name, ins, kw):
-    if name in GATED:
-        s = list(ins[0].shape)
-        d = kw.get("dim", -1) % len(s)
-        s[d] //= 2
-        return s
-    if name == "prelu":
-        return list(ins[0].shape)
-    return list(torch.broadcast_shapes(*[t.shape for t in ins]))
 
 
 def expected_out_dtype(row, dt):
@@ -503,7 +498,7 @@ REFERENCE = {
 }
 
 # Rows whose result must be computed in the input's own dtype (the ulp is the dtype's).
-NO_UPCAST = {"nextafter"}
+NO_UPCAST = {"nextafter", "nan_to_num"}  # nan_to_num: posinf/neginf default to the dtype's max
 # Float rows that move or select values without rounding: compared exactly.
 EXACT = {"neg", "abs", "sign", "sgn", "floor", "ceil", "trunc", "relu", "relu6", "hardtanh", "threshold",
          "copysign", "nextafter", "maximum", "minimum", "fmax", "fmin", "masked_fill", "where", "clamp",
@@ -813,3 +808,46 @@ def reference_grads(name, ins, kw, grad_out, upcast=True):
             bw = tw.sum(dim=[d for d in range(x.dim()) if d != 1]).reshape(w.shape)
         bounds[1] = bw
     return grads, bounds
+
+
+def check_grads(name, dt, ins, kw, grads, grad_out, what):
+    """grads (one per grad input) against the torch reference (upcast, else native dtype)."""
+    row = ROWS[name]
+    targets = _bw_targets(name, ins)
+    assert len(grads) == len(targets), f"{what}: {len(grads)} gradients, expected {len(targets)}"
+    ref_up, bounds = reference_grads(name, ins, kw, grad_out, upcast=True)
+    try:
+        ref_nat, _ = reference_grads(name, ins, kw, grad_out, upcast=False)
+    except (RuntimeError, NotImplementedError):
+        ref_nat = None
+    rtol, atol = tolerances(dt, row["tol"], BW_SLACK)
+    for k, i in enumerate(targets):
+        w = f"{what} grad[{i}]"
+        g = grads[k]
+        assert isinstance(g, torch.Tensor), f"{w}: expected a tensor, got {type(g).__name__}"
+        assert g.dtype == dt, f"{w}: dtype {dname(g.dtype)}, expected {dname(dt)}"
+        if name not in ZERO_GRAD and (name, i) not in ZERO_GRAD_INPUT:
+            assert_not_degenerate(name, ref_up[k], dt, w)
+        errors = []
+        for ref in (ref_up[k], None if ref_nat is None else ref_nat[k]):
+            if ref is None:
+                continue
+            try:
+                assert_close_bounded(g, ref.to(dt), bounds[k], rtol, atol, w)
+                break
+            except AssertionError as e:
+                errors.append(str(e))
+        else:
+            raise AssertionError("\n".join(f"[{n}] {e}" for n, e in zip(("upcast reference", "native-dtype torch"),
+                                                                          errors)))
+
+
+def run_backward_case(name, dt, ins, kw, what, g):
+    targets = _bw_targets(name, ins)
+    leaves = [t.detach().requires_grad_(True) if i in targets else t for i, t in enumerate(ins)]
+    y = call(name, leaves, kw)
+    assert isinstance(y, torch.Tensor) and y.requires_grad and y.grad_fn is not None, \
+        f"{what}: baracuda.functional result is not connected to autograd"
+    grad_out = draw(U(-1, 1), y.shape, dt, g)
+    grads = torch.autograd.grad(y, [leaves[i] for i in targets], grad_out)
+    check_grads(name, dt, ins, kw, list(grads), grad_out, what)

@@ -13,53 +13,6 @@ torch = ew.torch
 F = ew.F
 
 
-def _tols(row, dt):
-    return ew.tolerances(dt, row["tol"], ew.BW_SLACK)
-
-
-def check_grads(name, dt, ins, kw, grads, grad_out, what):
-    """grads (one per grad input) against the torch reference (upcast, else native dtype)."""
-    row = ew.ROWS[name]
-    targets = ew._bw_targets(name, ins)
-    assert len(grads) == len(targets), f"{what}: {len(grads)} gradients, expected {len(targets)}"
-    ref_up, bounds = ew.reference_grads(name, ins, kw, grad_out, upcast=True)
-    try:
-        ref_nat, _ = ew.reference_grads(name, ins, kw, grad_out, upcast=False)
-    except (RuntimeError, NotImplementedError):
-        ref_nat = None
-    rtol, atol = _tols(row, dt)
-    for k, i in enumerate(targets):
-        w = f"{what} grad[{i}]"
-        g = grads[k]
-        assert isinstance(g, torch.Tensor), f"{w}: expected a tensor, got {type(g).__name__}"
-        assert g.dtype == dt, f"{w}: dtype {ew.dname(g.dtype)}, expected {ew.dname(dt)}"
-        if name not in ew.ZERO_GRAD and (name, i) not in ew.ZERO_GRAD_INPUT:
-            ew.assert_not_degenerate(name, ref_up[k], dt, w)
-        errors = []
-        for ref in (ref_up[k], None if ref_nat is None else ref_nat[k]):
-            if ref is None:
-                continue
-            try:
-                ew.assert_close_bounded(g, ref.to(dt), bounds[k], rtol, atol, w)
-                break
-            except AssertionError as e:
-                errors.append(str(e))
-        else:
-            raise AssertionError("\n".join(f"[{n}] {e}" for n, e in zip(("upcast reference", "native-dtype torch"),
-                                                                          errors)))
-
-
-def run_backward_case(name, dt, ins, kw, what, g):
-    targets = ew._bw_targets(name, ins)
-    leaves = [t.detach().requires_grad_(True) if i in targets else t for i, t in enumerate(ins)]
-    y = ew.call(name, leaves, kw)
-    assert isinstance(y, torch.Tensor) and y.requires_grad and y.grad_fn is not None, \
-        f"{what}: baracuda.functional result is not connected to autograd"
-    grad_out = ew.draw(ew.U(-1, 1), y.shape, dt, g)
-    grads = torch.autograd.grad(y, [leaves[i] for i in targets], grad_out)
-    check_grads(name, dt, ins, kw, list(grads), grad_out, what)
-
-
 # ---- autograd: every differentiable row x bw dtype ----------------------------------------------
 def _bw_params():
     for row in ew.TABLE:
@@ -86,7 +39,7 @@ def test_backward(name, dtype, layout):
     g = ew.seeded("bw", name, dtype, layout)
     ins, extra = ew.make_inputs(name, dt, layout, g)
     kw = {**ew.default_kw(name, dt), **extra}
-    run_backward_case(name, dt, ins, kw, f"{name}-{dtype}-{layout}", g)
+    ew.run_backward_case(name, dt, ins, kw, f"{name}-{dtype}-{layout}", g)
 
 
 @pytest.mark.parametrize("name,dtype,kw,domain", list(ew.variant_params(differentiable_only=True)))
@@ -94,7 +47,7 @@ def test_backward_params(name, dtype, kw, domain):
     dt = ew.torch_dtype(dtype)
     g = ew.seeded("bwp", name, dtype, kw)
     ins, extra = ew.make_inputs(name, dt, "2d", g, domain=domain)
-    run_backward_case(name, dt, ins, {**kw, **extra}, f"{name}-{dtype}-{kw}", g)
+    ew.run_backward_case(name, dt, ins, {**kw, **extra}, f"{name}-{dtype}-{kw}", g)
 
 
 def test_cast_backward():
@@ -119,9 +72,9 @@ def _explicit_params():
 
 @pytest.mark.parametrize("name", list(_explicit_params()))
 def test_explicit_backward(name):
-    """<name>_backward(grad_output, <saved tensors in table order>) for every differentiable row:
-    inputs for bw in/inout, then the forward output for out/inout (gated: (grad, self, dim);
-    prelu: (grad, self, weight))."""
+    """<name>_backward(grad_output, <tensors>, <params>) for every differentiable row (ATen order):
+    the forward inputs unless bw is "out" (for "dy" rows they only give the gradients' shapes),
+    then the forward output for bw out/inout; gated: (grad, self, dim); prelu: (grad, self, weight)."""
     row = ew.ROWS[name]
     dt = torch.float32
     g = ew.seeded("explicit", name)
@@ -136,10 +89,10 @@ def test_explicit_backward(name):
     elif name == "prelu":
         got = fn(go, ins[0], ins[1])
     else:
-        saved = (list(ins) if row["bw"] in ("in", "inout") else []) + ([y] if row["bw"] in ("out", "inout") else [])
+        saved = (list(ins) if row["bw"] != "out" else []) + ([y] if row["bw"] in ("out", "inout") else [])
         got = fn(go, *saved, **kw)
     got = [got] if isinstance(got, torch.Tensor) else list(got)
-    check_grads(name, dt, ins, {**kw, **extra}, got, go, f"{name}_backward-float32")
+    ew.check_grads(name, dt, ins, {**kw, **extra}, got, go, f"{name}_backward-float32")
 
 
 def _aten_cases():

@@ -22,7 +22,7 @@ def test_ops_table_contract():
         missing = keys - set(r)
         assert not missing, f"ops() row {r.get('name')}: missing {sorted(missing)}"
         assert r["out"] in ("same", "bool", "cast"), r
-        assert r["bw"] in ("none", "in", "out", "inout"), r
+        assert r["bw"] in ("none", "dy", "in", "out", "inout"), r
         assert r["tol"] >= 1, r
         assert set(r["bw_dtypes"]) <= set(r["fw_dtypes"]), r
         assert (r["bw"] == "none") == (r["grad_mask"] == 0) or ew.is_cast(r), r
@@ -87,9 +87,14 @@ def test_forward_params(name, dtype, kw, domain):
 
 
 # ---- special values -------------------------------------------------------------------------------
+# Points where torch's result is implementation noise rather than a defined value.
+SPECIAL_SKIP = {"polygamma": (math.inf, -math.inf, 0.0, -1.0)}  # poles; torch returns 1e15, nan or inf
+
+
 def _special_inputs(name, dt):
     row = ew.ROWS[name]
-    s = torch.tensor(ew.SPECIAL_VALUES, dtype=torch.float64)
+    skip = SPECIAL_SKIP.get(name, ())
+    s = torch.tensor([v for v in ew.SPECIAL_VALUES if v not in skip], dtype=torch.float64)
     k = len(s)
     if name in ew.GATED:
         a, b = s.repeat_interleave(k), s.repeat(k)

@@ -3,12 +3,16 @@
 // message naming the op and the dtype. Cast accepts every (src, dst) pair of unpacked dtypes.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 
 #include "baracuda/ops/elementwise.hpp"
 #include "test_util.hpp"
 
 namespace baracuda {
+// gtest prints parameters with this (ctest names read "GetParam() = gelu", not raw bytes).
+void PrintTo(ElementwiseOp op, std::ostream* os) { *os << info(op).name; }
+
 namespace {
 
 using test::probe_desc;
@@ -44,7 +48,8 @@ TEST_P(Coverage, ForwardAcceptsExactlyDeclaredDtypes) {
           ++accepted;
         } else {
           // The message names whichever side is not declared.
-          EXPECT_FAILS_WITH(plan, Status::Unsupported, in.name, "got " + std::string(name(contains(in.fw_dtypes, t) ? dst : t)));
+          EXPECT_FAILS_WITH(plan, Status::Unsupported, in.name,
+                            "got " + std::string(name(contains(in.fw_dtypes, t) ? dst : t)));
         }
       }
       continue;
@@ -83,6 +88,47 @@ TEST_P(Coverage, BackwardAcceptsExactlyDeclaredDtypes) {
       EXPECT_EQ(plan->workspace_size(), 0u) << "no input is broadcast, nothing to reduce";
     } else {
       EXPECT_FAILS_WITH(plan, Status::Unsupported, label, "got " + std::string(name(t)), "expected one of");
+    }
+  }
+}
+
+/// Builds the tensors the table row says the plan takes (fake pointers, contiguous [4, 5]).
+ElementwiseArgs args_from_table(const ElementwiseOpInfo& in, Direction dir, DType t) {
+  ElementwiseArgs a;
+  const Layout layout = in.nin == 0 ? Layout::contiguous({1, 1}) : Layout::contiguous({4, 5});
+  int slot = 0;
+  auto add_in = [&](DType dt) { a.in[a.nin++] = TensorRef{test::fake_ptr(slot++), dt, layout}; };
+  auto add_out = [&](DType dt) { a.out[a.nout++] = TensorMut{test::fake_ptr(slot++), dt, layout}; };
+  auto input_dtype = [&](int i) { return ((in.bool_inputs >> i) & 1) ? DType::b8 : t; };
+  if (dir == Direction::Forward) {
+    for (int i = 0; i < in.nin; ++i) add_in(input_dtype(i));
+    add_out(in.out == OutRule::Bool ? DType::b8 : t);
+    return a;
+  }
+  add_in(t);  // grad_output
+  const bool needs_in = in.bw == BackwardNeeds::Inputs || in.bw == BackwardNeeds::InputsAndOutput;
+  const bool needs_out = in.bw == BackwardNeeds::Output || in.bw == BackwardNeeds::InputsAndOutput;
+  if (needs_in)
+    for (int i = 0; i < in.nin; ++i) add_in(input_dtype(i));
+  if (needs_out) add_in(t);
+  for (int g = 0; g < in.num_grads(); ++g) add_out(t);
+  return a;
+}
+
+TEST_P(Coverage, ArgsBuiltFromTheTableAreAccepted) {
+  const auto& in = info(GetParam());
+  for (Direction dir : {Direction::Forward, Direction::Backward}) {
+    const DTypeSet set = dir == Direction::Forward ? in.fw_dtypes : in.bw_dtypes;
+    for (int i = 0; i < kNumDTypes; ++i) {
+      const DType t = static_cast<DType>(i);
+      if (!contains(set, t)) continue;
+      SCOPED_TRACE(std::string(in.name) + " " + to_string(dir) + " " + std::string(name(t)));
+      auto plan = ElementwisePlan::select(Target::offline(), probe_desc(in.op, t, dir));
+      ASSERT_TRUE(plan.ok()) << plan.message();
+      const auto args = args_from_table(in, dir, t);
+      auto r = plan->can_implement(args);
+      EXPECT_TRUE(r.ok()) << r.message();
+      if (in.nin > 0) EXPECT_EQ(std::string(plan->layout_for(args)), "contiguous-vec16");
     }
   }
 }

@@ -23,8 +23,8 @@ EwIter iter(std::vector<TensorMut> outs, std::vector<TensorRef> ins, std::initia
 }
 
 TEST(EwIter, ContiguousCoalescesToRankOne) {
-  auto it = iter({make_mut(fake_ptr(0), DType::f32, {4, 5, 6})}, {make_ref(fake_ptr(1), DType::f32, {4, 5, 6})},
-                 {4, 5, 6});
+  auto it =
+      iter({make_mut(fake_ptr(0), DType::f32, {4, 5, 6})}, {make_ref(fake_ptr(1), DType::f32, {4, 5, 6})}, {4, 5, 6});
   EXPECT_EQ(it.nout, 1);
   EXPECT_EQ(it.nops, 2);
   EXPECT_EQ(it.rank, 1);
@@ -40,8 +40,8 @@ TEST(EwIter, ContiguousCoalescesToRankOne) {
 }
 
 TEST(EwIter, SizeOneDimsDropped) {
-  auto it = iter({make_mut(fake_ptr(0), DType::f16, {1, 7, 1})}, {make_ref(fake_ptr(1), DType::f16, {1, 7, 1})},
-                 {1, 7, 1});
+  auto it =
+      iter({make_mut(fake_ptr(0), DType::f16, {1, 7, 1})}, {make_ref(fake_ptr(1), DType::f16, {1, 7, 1})}, {1, 7, 1});
   EXPECT_EQ(it.rank, 1);
   EXPECT_EQ(it.shape[0], 7);
   EXPECT_TRUE(it.contiguous);
@@ -110,15 +110,15 @@ TEST(EwIter, Alignment) {
 }
 
 TEST(EwIter, Fits32BitIndexing) {
-  auto big = iter({make_mut(fake_ptr(0), DType::u8, {65536, 65536})}, {make_ref(fake_ptr(1), DType::u8, {65536, 65536})},
-                  {65536, 65536});
+  auto big = iter({make_mut(fake_ptr(0), DType::u8, {65536, 65536})},
+                  {make_ref(fake_ptr(1), DType::u8, {65536, 65536})}, {65536, 65536});
   EXPECT_EQ(big.numel, int64_t{1} << 32);
   EXPECT_FALSE(big.fits_i32);
   auto edge = iter({make_mut(fake_ptr(0), DType::u8, {(int64_t{1} << 31) + 1})},
                    {make_ref(fake_ptr(1), DType::u8, {(int64_t{1} << 31) + 1})}, {(int64_t{1} << 31) + 1});
   EXPECT_FALSE(edge.fits_i32);
-  auto small = iter({make_mut(fake_ptr(0), DType::u8, {1 << 20})}, {make_ref(fake_ptr(1), DType::u8, {1 << 20})},
-                    {1 << 20});
+  auto small =
+      iter({make_mut(fake_ptr(0), DType::u8, {1 << 20})}, {make_ref(fake_ptr(1), DType::u8, {1 << 20})}, {1 << 20});
   EXPECT_TRUE(small.fits_i32);
   // Few elements but a huge stride: offsets past 2^31 need 64-bit indexing too.
   TensorRef far{fake_ptr(1), DType::u8, strided({2, 4}, {int64_t{1} << 32, 1})};

@@ -16,9 +16,12 @@ inline ElementwiseDesc probe_desc(ElementwiseOp op, DType dt, Direction dir = Di
   const auto& in = info(op);
   if (in.nin == 0) return ElementwiseDesc::make(op, dt, {Shape::of({1, 1})}, dir);
   switch (in.nin) {
-    case 1: return ElementwiseDesc::make(op, dt, {Shape::of({4, 5})}, dir);
-    case 2: return ElementwiseDesc::make(op, dt, {Shape::of({4, 5}), Shape::of({4, 5})}, dir);
-    default: return ElementwiseDesc::make(op, dt, {Shape::of({4, 5}), Shape::of({4, 5}), Shape::of({4, 5})}, dir);
+    case 1:
+      return ElementwiseDesc::make(op, dt, {Shape::of({4, 5})}, dir);
+    case 2:
+      return ElementwiseDesc::make(op, dt, {Shape::of({4, 5}), Shape::of({4, 5})}, dir);
+    default:
+      return ElementwiseDesc::make(op, dt, {Shape::of({4, 5}), Shape::of({4, 5}), Shape::of({4, 5})}, dir);
   }
 }
 
@@ -49,12 +52,12 @@ inline Layout strided(std::initializer_list<int64_t> shape, std::initializer_lis
 }  // namespace baracuda::test
 
 /// EXPECT that a Result failed with `code` and a message containing every one of the needles.
-#define EXPECT_FAILS_WITH(result, code, ...)                                                     \
-  do {                                                                                           \
-    const auto& r_ = (result);                                                                   \
-    EXPECT_FALSE(r_.ok()) << "expected failure";                                                 \
-    EXPECT_EQ(r_.status(), (code)) << to_string(r_.status()) << ": " << r_.message();            \
-    for (const std::string& needle_ : std::initializer_list<std::string>{__VA_ARGS__})                                                    \
-      EXPECT_NE(r_.message().find(needle_), std::string::npos)                                   \
-          << "message '" << r_.message() << "' does not mention '" << needle_ << "'";            \
+#define EXPECT_FAILS_WITH(result, code, ...)                                           \
+  do {                                                                                 \
+    const auto& r_ = (result);                                                         \
+    EXPECT_FALSE(r_.ok()) << "expected failure";                                       \
+    EXPECT_EQ(r_.status(), (code)) << to_string(r_.status()) << ": " << r_.message();  \
+    for (const std::string& needle_ : std::initializer_list<std::string>{__VA_ARGS__}) \
+      EXPECT_NE(r_.message().find(needle_), std::string::npos)                         \
+          << "message '" << r_.message() << "' does not mention '" << needle_ << "'";  \
   } while (0)

@@ -37,8 +37,8 @@ TEST(SelectValidation, OutShapeMustBeTheBroadcast) {
 TEST(SelectValidation, WrongOutDtype) {
   auto d = ElementwiseDesc::make(ElementwiseOp::add, DType::f32, {Shape::of({8}), Shape::of({8})});
   d.out_dtype = DType::f16;
-  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "add", "out_dtype",
-                    "expected float32", "got float16");
+  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "add", "out_dtype", "expected float32",
+                    "got float16");
   auto c = ElementwiseDesc::make(ElementwiseOp::eq, DType::s32, {Shape::of({8}), Shape::of({8})});
   EXPECT_EQ(c.out_dtype, DType::b8) << "make() fills the BOOL rule";
   c.out_dtype = DType::s32;
@@ -83,11 +83,11 @@ TEST(SelectValidation, PolygammaOrder) {
   auto d = ElementwiseDesc::make(ElementwiseOp::polygamma, DType::f32, {Shape::of({8})});
   ASSERT_TRUE(ElementwisePlan::select(kTarget, d).ok());
   ASSERT_TRUE(d.set_param("n", -1.0).ok());
-  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "polygamma", "'n'",
-                    "integer >= 0", "got -1");
+  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "polygamma", "'n'", "integer >= 0",
+                    "got -1");
   ASSERT_TRUE(d.set_param("n", 1.5).ok());
-  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "polygamma", "'n'",
-                    "integer >= 0", "got 1.5");
+  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "polygamma", "'n'", "integer >= 0",
+                    "got 1.5");
   ASSERT_TRUE(d.set_param("n", 3.0).ok());
   EXPECT_TRUE(ElementwisePlan::select(kTarget, d).ok());
 }
@@ -105,8 +105,7 @@ TEST(SelectValidation, NanParameterRefused) {
 TEST(SelectValidation, LinspaceStepsMustMatchOutput) {
   auto d = ElementwiseDesc::make(ElementwiseOp::linspace, DType::f32, {Shape::of({4})});
   ASSERT_TRUE(d.set_param("steps", 5.0).ok());
-  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "linspace", "steps=5",
-                    "4 elements");
+  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "linspace", "steps=5", "4 elements");
   ASSERT_TRUE(d.set_param("steps", 4.0).ok());
   EXPECT_TRUE(ElementwisePlan::select(kTarget, d).ok());
   ASSERT_TRUE(d.set_param("steps", 2.5).ok());
@@ -157,8 +156,9 @@ TEST(SelectValidation, OutOfRangeOp) {
 // ---- can_implement ---------------------------------------------------------------------------------
 /// add(f32[3,4], f32[3,4]) with disjoint fake buffers.
 struct AddFixture : ::testing::Test {
-  ElementwisePlan plan = ElementwisePlan::select(
-      kTarget, ElementwiseDesc::make(ElementwiseOp::add, DType::f32, {Shape::of({3, 4}), Shape::of({3, 4})})).value();
+  ElementwisePlan plan = ElementwisePlan::select(kTarget, ElementwiseDesc::make(ElementwiseOp::add, DType::f32,
+                                                                                {Shape::of({3, 4}), Shape::of({3, 4})}))
+                             .value();
   ElementwiseArgs args() const {
     ElementwiseArgs a;
     a.in[0] = ref(0, DType::f32, {3, 4});
@@ -173,7 +173,7 @@ struct AddFixture : ::testing::Test {
 TEST_F(AddFixture, ValidArgsAccepted) {
   auto r = plan.can_implement(args());
   EXPECT_TRUE(r.ok()) << r.message();
-  EXPECT_EQ(plan.layout_for(args()), "contiguous-vec16");
+  EXPECT_EQ(std::string(plan.layout_for(args())), "contiguous-vec16");
 }
 
 TEST_F(AddFixture, WrongTensorCount) {
@@ -192,8 +192,7 @@ TEST_F(AddFixture, WrongDtype) {
                     "got float16");
   a = args();
   a.out[0].dtype = DType::f64;
-  EXPECT_FAILS_WITH(plan.can_implement(a), Status::InvalidProblem, "add", "output", "expected float32",
-                    "got float64");
+  EXPECT_FAILS_WITH(plan.can_implement(a), Status::InvalidProblem, "add", "output", "expected float32", "got float64");
 }
 
 TEST_F(AddFixture, WrongShape) {
@@ -235,14 +234,13 @@ TEST_F(AddFixture, BroadcastInputsMayOverlapThemselves) {
   a.in[1].layout = strided({3, 4}, {0, 1});  // an expanded [4] row: fine for an input
   auto r = plan.can_implement(a);
   EXPECT_TRUE(r.ok()) << r.message();
-  EXPECT_EQ(plan.layout_for(a), "strided-i32");
+  EXPECT_EQ(std::string(plan.layout_for(a)), "strided-i32");
 }
 
 TEST_F(AddFixture, PartialOverlapOfOutputAndInput) {
   auto a = args();
   a.out[0].data = fake_ptr(0, 4);  // one element past input[0]: overlaps 11 of its 12
-  EXPECT_FAILS_WITH(plan.can_implement(a), Status::InvalidProblem, "add", "output", "partially overlaps",
-                    "input[0]");
+  EXPECT_FAILS_WITH(plan.can_implement(a), Status::InvalidProblem, "add", "output", "partially overlaps", "input[0]");
   a = args();
   a.out[0].data = fake_ptr(1);  // same pointer as input[1], but transposed strides
   a.out[0].layout = strided({3, 4}, {1, 3});
@@ -278,7 +276,8 @@ TEST_F(AddFixture, FootprintOverflow) {
 }
 
 TEST(CanImplement, EmptyTensorsNeedNoPointer) {
-  auto plan = ElementwisePlan::select(kTarget, ElementwiseDesc::make(ElementwiseOp::relu, DType::f32, {Shape::of({0, 7})}));
+  auto plan =
+      ElementwisePlan::select(kTarget, ElementwiseDesc::make(ElementwiseOp::relu, DType::f32, {Shape::of({0, 7})}));
   ASSERT_TRUE(plan.ok());
   ElementwiseArgs a;
   a.in[0] = make_ref(nullptr, DType::f32, {0, 7});
@@ -286,15 +285,15 @@ TEST(CanImplement, EmptyTensorsNeedNoPointer) {
   a.nin = a.nout = 1;
   auto r = plan->can_implement(a);
   EXPECT_TRUE(r.ok()) << r.message();
-  EXPECT_EQ(plan->layout_for(a), "empty");
+  EXPECT_EQ(std::string(plan->layout_for(a)), "empty");
   auto run = plan->run(nullptr, {}, a);  // returns before any launch
   EXPECT_TRUE(run.ok()) << run.message();
 }
 
 TEST(CanImplement, BoolConditionOfWhere) {
   auto plan = ElementwisePlan::select(
-      kTarget, ElementwiseDesc::make(ElementwiseOp::where, DType::bf16,
-                                     {Shape::of({4, 1}), Shape::of({4, 8}), Shape::of({8})}));
+      kTarget,
+      ElementwiseDesc::make(ElementwiseOp::where, DType::bf16, {Shape::of({4, 1}), Shape::of({4, 8}), Shape::of({8})}));
   ASSERT_TRUE(plan.ok()) << plan.message();
   ElementwiseArgs a;
   a.in[0] = ref(0, DType::b8, {4, 1});
@@ -338,14 +337,13 @@ TEST(Workspace, NonZeroOnlyForBackwardWithBroadcastInput) {
   EXPECT_EQ(w->workspace_size(), 0u);
 }
 
+/// add's backward needs only grad_output (its row says DY); it writes both gradients.
 ElementwiseArgs add_bw_args() {
   ElementwiseArgs a;
-  a.in[0] = ref(0, DType::f32, {3, 4});  // grad_output
-  a.in[1] = ref(1, DType::f32, {3, 4});  // self
-  a.in[2] = ref(2, DType::f32, {4});     // other (broadcast)
-  a.out[0] = mut(3, DType::f32, {3, 4});
-  a.out[1] = mut(4, DType::f32, {4});
-  a.nin = 3;
+  a.in[0] = ref(0, DType::f32, {3, 4});   // grad_output
+  a.out[0] = mut(3, DType::f32, {3, 4});  // grad of self
+  a.out[1] = mut(4, DType::f32, {4});     // grad of other (broadcast: summed over dim 0)
+  a.nin = 1;
   a.nout = 2;
   return a;
 }
@@ -357,14 +355,59 @@ TEST(Workspace, BackwardArgsChecked) {
   EXPECT_TRUE(r.ok()) << r.message();
   auto a = add_bw_args();
   a.out[1] = mut(4, DType::f32, {3, 4});
-  EXPECT_FAILS_WITH(plan->can_implement(a), Status::InvalidProblem, "add_backward", "grad_input[1]",
-                    "expected [4]", "got [3, 4]");
+  EXPECT_FAILS_WITH(plan->can_implement(a), Status::InvalidProblem, "add_backward", "grad_input[1]", "expected [4]",
+                    "got [3, 4]");
   a = add_bw_args();
   a.in[0] = ref(0, DType::f32, {4});
   EXPECT_FAILS_WITH(plan->can_implement(a), Status::InvalidProblem, "add_backward", "grad_output", "expected [3, 4]");
   a = add_bw_args();
+  a.nin = 3;
+  EXPECT_FAILS_WITH(plan->can_implement(a), Status::InvalidProblem, "add_backward", "expected 1 input tensor(s)",
+                    "got 3");
+}
+
+TEST(Workspace, BackwardInputsFollowTheTable) {
+  // mul (IN): grad_output, self, other.  sigmoid (OUT): grad_output, output.  pow (INOUT): all.
+  auto mul = ElementwisePlan::select(
+      kTarget,
+      ElementwiseDesc::make(ElementwiseOp::mul, DType::f32, {Shape::of({8}), Shape::of({8})}, Direction::Backward));
+  ASSERT_TRUE(mul.ok()) << mul.message();
+  ElementwiseArgs a;
+  a.in[0] = ref(0, DType::f32, {8});
+  a.in[1] = ref(1, DType::f32, {8});
+  a.in[2] = ref(2, DType::f32, {8});
+  a.out[0] = mut(3, DType::f32, {8});
+  a.out[1] = mut(4, DType::f32, {8});
+  a.nin = 3;
+  a.nout = 2;
+  auto r = mul->can_implement(a);
+  EXPECT_TRUE(r.ok()) << r.message();
+  a.nin = 1;
+  EXPECT_FAILS_WITH(mul->can_implement(a), Status::InvalidProblem, "mul_backward", "expected 3 input tensor(s)");
+
+  auto sig = ElementwisePlan::select(
+      kTarget, ElementwiseDesc::make(ElementwiseOp::sigmoid, DType::f32, {Shape::of({8})}, Direction::Backward));
+  ASSERT_TRUE(sig.ok());
   a.nin = 2;
-  EXPECT_FAILS_WITH(plan->can_implement(a), Status::InvalidProblem, "add_backward", "expected 3 input tensor(s)");
+  a.nout = 1;
+  r = sig->can_implement(a);
+  EXPECT_TRUE(r.ok()) << r.message();
+
+  auto pw = ElementwisePlan::select(
+      kTarget,
+      ElementwiseDesc::make(ElementwiseOp::pow, DType::f32, {Shape::of({8}), Shape::of({8})}, Direction::Backward));
+  ASSERT_TRUE(pw.ok());
+  EXPECT_FAILS_WITH(pw->can_implement(a), Status::InvalidProblem, "pow_backward", "expected 4 input tensor(s)",
+                    "2 output tensor(s)");
+}
+
+TEST(Workspace, LayoutForMatchesWhatRunLaunches) {
+  // run() writes the gradient of a broadcast input to a dense workspace slice of the output
+  // shape and reduces it afterwards, so with contiguous tensors its launch is the vectorized
+  // contiguous variant; layout_for() promises to name the variant run() takes.
+  auto plan = ElementwisePlan::select(kTarget, add_bw(Shape::of({3, 4}), Shape::of({4})));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(std::string(plan->layout_for(add_bw_args())), "contiguous-vec16");
 }
 
 TEST(Workspace, RunRefusesTooSmallWorkspaceBeforeLaunching) {
@@ -440,14 +483,31 @@ TEST(Preference, VectorizedForbidReflectedInSku) {
   a.in[0] = ref(0, DType::bf16, {64});
   a.out[0] = mut(1, DType::bf16, {64});
   a.nin = a.nout = 1;
-  EXPECT_EQ(plan->layout_for(a), "contiguous");
-  EXPECT_EQ(dflt->layout_for(a), "contiguous-vec16");
-  a.in[0].data = fake_ptr(0, 2);  // 2-byte aligned only
-  EXPECT_EQ(dflt->layout_for(a), "contiguous");
+  // Without the 16-byte path a contiguous problem runs through the strided kernel.
+  EXPECT_EQ(std::string(plan->layout_for(a)), "strided-i32");
+  EXPECT_EQ(std::string(dflt->layout_for(a)), "contiguous-vec16");
+  a.in[0].data = fake_ptr(0, 2);  // 2-byte aligned only: no vector loads either
+  EXPECT_NE(std::string(dflt->layout_for(a)), "contiguous-vec16");
+}
+
+TEST(LayoutFor, SixtyFourBitIndexing) {
+  auto plan = ElementwisePlan::select(
+      kTarget, ElementwiseDesc::make(ElementwiseOp::relu, DType::u8, {Shape::of({65536, 65536})}));
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  ElementwiseArgs a;
+  a.in[0] = TensorRef{fake_ptr(0), DType::u8, strided({65536, 65536}, {1, 65536})};  // transposed
+  a.out[0] = mut(1, DType::u8, {65536, 65536});
+  a.nin = a.nout = 1;
+  auto r = plan->can_implement(a);
+  EXPECT_TRUE(r.ok()) << r.message();
+  EXPECT_EQ(std::string(plan->layout_for(a)), "strided-i64");
+  a.in[0] = ref(0, DType::u8, {65536, 65536});
+  EXPECT_EQ(std::string(plan->layout_for(a)), "contiguous-vec16") << "the contiguous path indexes in 64 bits";
 }
 
 TEST(Sku, PrintsEverything) {
-  auto plan = ElementwisePlan::select(kTarget, ElementwiseDesc::make(ElementwiseOp::gelu, DType::bf16, {Shape::of({8})}));
+  auto plan =
+      ElementwisePlan::select(kTarget, ElementwiseDesc::make(ElementwiseOp::gelu, DType::bf16, {Shape::of({8})}));
   ASSERT_TRUE(plan.ok());
   const std::string s = plan->sku().to_string();
   for (const char* needle : {"elementwise/gelu", "bfloat16->bfloat16", "native", "sm_90a", "math=float32", "erf"})

@@ -29,8 +29,10 @@ struct Layout {
   /// Lowest and one-past-highest element offset reached (0,0 when empty). Negative strides
   /// give a negative lower bound.
   void extent(int64_t* lo, int64_t* hi) const;
-  /// True if two distinct indices map to the same element (ignoring size-1 dims and
-  /// stride-0 broadcast, which the caller checks separately).
+  /// Conservative self-overlap test: false guarantees distinct indices map to distinct
+  /// elements. Sorts dims by stride and requires each stride to exceed the span of the smaller
+  /// ones, so a stride-0 dim of size > 1 counts as overlap and a few exotic non-overlapping
+  /// interleavings (e.g. [2,3] with strides (4,3)) are refused too.
   bool has_internal_overlap() const;
   bool has_zero_stride() const;
   std::string shape_str() const;   // "[2, 3]"

@@ -1,7 +1,7 @@
 // The elementwise family (OPS.md B–D): unary math, activations, binary, comparisons, ternary,
 // cast and generators, forward and backward, over broadcast and strided tensors.
 //
-//   auto desc = ElementwiseDesc::make(ElementwiseOp::gelu, DType::bf16, {x.layout});
+//   auto desc = ElementwiseDesc::make(ElementwiseOp::gelu, DType::bf16, {Shape::of(x.layout)});
 //   desc.set_param("approximate", 1);                         // tanh
 //   auto plan = ElementwisePlan::select(Target::current().value(), desc);
 //   plan->can_implement(args); plan->run(stream, {}, args);
@@ -97,7 +97,8 @@ struct ElementwiseDesc {
   Shape out_shape{};                 ///< broadcast of in_shapes (generators: any shape)
 
   /// Fills out_dtype from the op's rule and params from the table defaults; for generators
-  /// `shapes` holds the one output shape.
+  /// `shapes` holds the one output shape. Inputs beyond the shapes given are 0-dim scalars
+  /// (shape []), which broadcast like torch's.
   static ElementwiseDesc make(ElementwiseOp op, DType dtype, std::initializer_list<Shape> shapes,
                               Direction dir = Direction::Forward);
   /// Sets a parameter by its table name; fails naming the op and the unknown name.

@@ -5,9 +5,11 @@
 //   using out_t = storage type of every output;  static constexpr int nout;
 //   __device__ void operator()(int64_t linear_index, const ins& in, out_t (&out)[nout]) const;
 //
-// Three variants, chosen per call on the host: contiguous (rank <= 1, every operand dense or a
-// broadcast scalar) with 16-byte vector loads/stores when aligned; strided with 32-bit
-// offsets and fast division; strided with 64-bit offsets for tensors past 2^31 elements.
+// Three variants, chosen per call on the host (detail::ew_can_vectorize): vectorized, when every
+// operand's innermost dim is contiguous or broadcast (plain contiguous tensors, bias rows,
+// column broadcasts, narrowed halves of a row) with 16-byte loads/stores and one offset
+// computation per vector; strided with 32-bit offsets and fast division; strided with 64-bit
+// offsets for tensors past 2^31 elements.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -22,7 +24,10 @@ namespace baracuda::kern {
 using detail::EwIter;
 using detail::kEwMaxOps;
 
-inline constexpr int kEwThreads = 128;
+#ifndef BARACUDA_EW_THREADS
+#define BARACUDA_EW_THREADS 128
+#endif
+inline constexpr int kEwThreads = BARACUDA_EW_THREADS;
 
 template <class T, int N>
 struct alignas(sizeof(T) * N) VecOf {
@@ -47,77 +52,6 @@ constexpr int vec_width() {
   return widest >= 16 ? 1 : 16 / widest;
 }
 
-// ---- contiguous ---------------------------------------------------------------------------
-struct EwContig {
-  int64_t n;
-  void* ptr[kEwMaxOps];
-  uint32_t scalar_mask;
-  bool vectorize;
-};
-
-template <class F, int VEC, int UNROLL, size_t... I>
-__device__ __forceinline__ void ew_contig_body(const F& f, const EwContig& a, int64_t block_start,
-                                               cuda::std::index_sequence<I...>) {
-  using ins = typename F::ins;
-  using out_t = typename F::out_t;
-  constexpr int NOUT = F::nout;
-  constexpr int BLOCK = kEwThreads * VEC * UNROLL;
-  const bool full = a.vectorize && block_start + BLOCK <= a.n;
-  if (full) {
-    // Issue every load of every unrolled vector before computing (memory-level parallelism).
-    cuda::std::tuple<VecOf<cuda::std::tuple_element_t<I, ins>, VEC>...> v[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int64_t idx = block_start + (int64_t(u) * kEwThreads + threadIdx.x) * VEC;
-      (
-          [&] {
-            using T = cuda::std::tuple_element_t<I, ins>;
-            auto& dst = cuda::std::get<I>(v[u]);
-            if (a.scalar_mask & (1u << (NOUT + I))) {
-              const T s = *static_cast<const T*>(a.ptr[NOUT + I]);
-#pragma unroll
-              for (int e = 0; e < VEC; ++e) dst.v[e] = s;
-            } else {
-              dst = *reinterpret_cast<const VecOf<T, VEC>*>(static_cast<const T*>(a.ptr[NOUT + I]) + idx);
-            }
-          }(),
-          ...);
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int64_t idx = block_start + (int64_t(u) * kEwThreads + threadIdx.x) * VEC;
-      VecOf<out_t, VEC> o[NOUT];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        ins x{cuda::std::get<I>(v[u]).v[e]...};
-        out_t r[NOUT];
-        f(idx + e, x, r);
-#pragma unroll
-        for (int k = 0; k < NOUT; ++k) o[k].v[e] = r[k];
-      }
-#pragma unroll
-      for (int k = 0; k < NOUT; ++k) *reinterpret_cast<VecOf<out_t, VEC>*>(static_cast<out_t*>(a.ptr[k]) + idx) = o[k];
-    }
-  } else {
-    const int64_t end = block_start + BLOCK < a.n ? block_start + BLOCK : a.n;
-    for (int64_t idx = block_start + threadIdx.x; idx < end; idx += kEwThreads) {
-      ins x{static_cast<const cuda::std::tuple_element_t<I, ins>*>(
-          a.ptr[NOUT + I])[(a.scalar_mask & (1u << (NOUT + I))) ? 0 : idx]...};
-      out_t r[NOUT];
-      f(idx, x, r);
-#pragma unroll
-      for (int k = 0; k < NOUT; ++k) static_cast<out_t*>(a.ptr[k])[idx] = r[k];
-    }
-  }
-}
-
-template <class F, int VEC, int UNROLL>
-__global__ void __launch_bounds__(kEwThreads) ew_contig_kernel(F f, EwContig a) {
-  const int64_t block_start = int64_t(blockIdx.x) * (kEwThreads * VEC * UNROLL);
-  ew_contig_body<F, VEC, UNROLL>(f, a, block_start,
-                                 cuda::std::make_index_sequence<cuda::std::tuple_size_v<typename F::ins>>{});
-}
-
 // ---- strided ------------------------------------------------------------------------------
 /// Division by a run-time constant via multiply-high (Granlund–Montgomery), 32-bit.
 struct FastDiv {
@@ -135,6 +69,105 @@ struct FastDiv {
     return (t + n) >> s;
   }
 };
+
+// ---- vectorized (contiguous, or strided with a contiguous/broadcast innermost dim) ------------
+/// Each thread moves UNROLL vectors of VEC elements per operand: 16-byte loads/stores for
+/// operands whose innermost stride is 1, one load replicated for operands broadcast along the
+/// innermost dim (bias rows, [N,1] columns, scalars). Offsets are computed once per vector.
+struct EwVec {
+  int rank;
+  int64_t n;
+  int64_t shape[kMaxRank];
+  FastDiv fdiv[kMaxRank];
+  int64_t stride[kEwMaxOps][kMaxRank];
+  void* ptr[kEwMaxOps];
+  uint32_t inner_bcast;  // bit k: operand k has innermost stride 0
+  bool small;            // n < 2^31: 32-bit fast division
+};
+
+template <int NOPS>
+__device__ __forceinline__ void ew_vec_offsets(const EwVec& a, int64_t e, int64_t (&off)[NOPS]) {
+#pragma unroll
+  for (int k = 0; k < NOPS; ++k) off[k] = 0;
+  int64_t rem = e;
+  for (int d = 0; d < a.rank; ++d) {
+    int64_t r = rem;
+    if (d + 1 < a.rank) {
+      const int64_t q = a.small ? int64_t(a.fdiv[d].div(static_cast<uint32_t>(rem))) : rem / a.shape[d];
+      r = rem - q * a.shape[d];
+      rem = q;
+    }
+#pragma unroll
+    for (int k = 0; k < NOPS; ++k) off[k] += r * a.stride[k][d];
+  }
+}
+
+template <class F, int VEC, int UNROLL, size_t... I>
+__device__ __forceinline__ void ew_vec_body(const F& f, const EwVec& a, cuda::std::index_sequence<I...>) {
+  using ins = typename F::ins;
+  using out_t = typename F::out_t;
+  constexpr int NOUT = F::nout;
+  constexpr int NOPS = NOUT + sizeof...(I);
+  constexpr int BLOCK = kEwThreads * VEC * UNROLL;
+  const int64_t block_start = int64_t(blockIdx.x) * BLOCK;
+  if (block_start + BLOCK <= a.n) {
+    // Issue every load of every unrolled vector before computing (memory-level parallelism).
+    cuda::std::tuple<VecOf<cuda::std::tuple_element_t<I, ins>, VEC>...> v[UNROLL];
+    int64_t off[UNROLL][NOPS];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int64_t e = block_start + (int64_t(u) * kEwThreads + threadIdx.x) * VEC;
+      ew_vec_offsets<NOPS>(a, e, off[u]);
+      (
+          [&] {
+            using T = cuda::std::tuple_element_t<I, ins>;
+            auto& dst = cuda::std::get<I>(v[u]);
+            const T* p = static_cast<const T*>(a.ptr[NOUT + I]) + off[u][NOUT + I];
+            if (a.inner_bcast & (1u << (NOUT + I))) {
+              const T s = *p;
+#pragma unroll
+              for (int j = 0; j < VEC; ++j) dst.v[j] = s;
+            } else {
+              dst = *reinterpret_cast<const VecOf<T, VEC>*>(p);
+            }
+          }(),
+          ...);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int64_t e = block_start + (int64_t(u) * kEwThreads + threadIdx.x) * VEC;
+      VecOf<out_t, VEC> o[NOUT];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        ins x{cuda::std::get<I>(v[u]).v[j]...};
+        out_t r[NOUT];
+        f(e + j, x, r);
+#pragma unroll
+        for (int k = 0; k < NOUT; ++k) o[k].v[j] = r[k];
+      }
+#pragma unroll
+      for (int k = 0; k < NOUT; ++k)
+        *reinterpret_cast<VecOf<out_t, VEC>*>(static_cast<out_t*>(a.ptr[k]) + off[u][k]) = o[k];
+    }
+  } else {
+    // Last block: element by element (only rank-1 iterations can end mid-vector).
+    const int64_t end = block_start + BLOCK < a.n ? block_start + BLOCK : a.n;
+    for (int64_t e = block_start + threadIdx.x; e < end; e += kEwThreads) {
+      int64_t off[NOPS];
+      ew_vec_offsets<NOPS>(a, e, off);
+      ins x{static_cast<const cuda::std::tuple_element_t<I, ins>*>(a.ptr[NOUT + I])[off[NOUT + I]]...};
+      out_t r[NOUT];
+      f(e, x, r);
+#pragma unroll
+      for (int k = 0; k < NOUT; ++k) static_cast<out_t*>(a.ptr[k])[off[k]] = r[k];
+    }
+  }
+}
+
+template <class F, int VEC, int UNROLL>
+__global__ void __launch_bounds__(kEwThreads) ew_vec_kernel(F f, EwVec a) {
+  ew_vec_body<F, VEC, UNROLL>(f, a, cuda::std::make_index_sequence<cuda::std::tuple_size_v<typename F::ins>>{});
+}
 
 template <class Index>
 struct EwStrided {
@@ -187,31 +220,37 @@ __global__ void __launch_bounds__(kEwThreads) ew_strided_kernel(F f, EwStrided<I
 }
 
 // ---- host launcher --------------------------------------------------------------------------
-inline constexpr int kEwContigUnroll = 4;
+#ifndef BARACUDA_EW_VEC_UNROLL
+#define BARACUDA_EW_VEC_UNROLL 4
+#endif
+inline constexpr int kEwVecUnroll = BARACUDA_EW_VEC_UNROLL;
 
 /// Launches F over `it`. Returns the launch error (never synchronizes).
 template <class F>
 cudaError_t ew_launch(const F& f, const EwIter& it, bool allow_vec, cudaStream_t stream) {
   if (it.numel == 0) return cudaSuccess;
-  if (it.contiguous) {
-    constexpr int VEC = vec_width<F>();
-    EwContig a{};
+  constexpr int VEC = vec_width<F>();
+  if (allow_vec && detail::ew_can_vectorize(it, VEC)) {
+    EwVec a{};
+    a.rank = it.rank;
     a.n = it.numel;
-    for (int k = 0; k < it.nops; ++k) a.ptr[k] = it.ptr[k];
-    a.scalar_mask = it.scalar_mask;
-    a.vectorize = allow_vec && it.aligned16;
-    // Unaligned or vectorization refused: scalar loop with VEC=1 blocks (same kernel shape).
-    if (a.vectorize) {
-      const int64_t per_block = int64_t(kEwThreads) * VEC * kEwContigUnroll;
-      const int64_t blocks = (it.numel + per_block - 1) / per_block;
-      ew_contig_kernel<F, VEC, kEwContigUnroll><<<dim3(static_cast<unsigned>(blocks)), kEwThreads, 0, stream>>>(f, a);
-    } else {
-      const int64_t per_block = int64_t(kEwThreads) * kEwContigUnroll;
-      const int64_t blocks = (it.numel + per_block - 1) / per_block;
-      ew_contig_kernel<F, 1, kEwContigUnroll><<<dim3(static_cast<unsigned>(blocks)), kEwThreads, 0, stream>>>(f, a);
+    a.small = it.numel < (int64_t{1} << 31);
+    for (int d = 0; d < it.rank; ++d) {
+      a.shape[d] = it.shape[d];
+      a.fdiv[d] = FastDiv::make(a.small ? static_cast<uint32_t>(it.shape[d]) : 1u);
+      for (int k = 0; k < it.nops; ++k) a.stride[k][d] = it.stride[k][d];
     }
+    for (int k = 0; k < it.nops; ++k) {
+      a.ptr[k] = it.ptr[k];
+      if (it.rank == 0 || it.stride[k][0] == 0) a.inner_bcast |= 1u << k;
+    }
+    const int64_t per_block = int64_t(kEwThreads) * VEC * kEwVecUnroll;
+    const int64_t blocks = (it.numel + per_block - 1) / per_block;
+    ew_vec_kernel<F, VEC, kEwVecUnroll><<<dim3(static_cast<unsigned>(blocks)), kEwThreads, 0, stream>>>(f, a);
     return cudaGetLastError();
   }
+  // Strided innermost dims, misaligned pointers, or vectorization refused: the offset
+  // calculator path, one element per step.
   auto fill = [&](auto& a) {
     using Index = std::remove_reference_t<decltype(a.n)>;
     a.rank = it.rank;

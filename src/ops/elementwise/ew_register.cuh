@@ -72,6 +72,11 @@ cudaError_t ew_launch_fn(const EwIter& it, const EwParams& p, bool allow_vec, cu
   return kern::ew_launch(F{p}, it, allow_vec, s);
 }
 
+template <class F>
+EwEntry ew_entry(ElementwiseOp op, Direction dir, DType in, DType out) {
+  return EwEntry{op, dir, in, out, &ew_launch_fn<F>, kern::vec_width<F>()};
+}
+
 template <DTypeSet S, class F>
 void for_each_dtype(F&& f) {
   [&]<size_t... I>(std::index_sequence<I...>) {
@@ -100,18 +105,18 @@ void ew_register_op(std::vector<EwEntry>& v) {
         for_each_dtype<dtypes::kAll>([&](auto dout) {
           constexpr DType E = decltype(dout)::value;
           if constexpr ((static_cast<int>(D) * kNumDTypes + static_cast<int>(E)) % NPARTS == PART)
-            v.push_back({OP, DIR, D, E, &ew_launch_fn<EwFwd<Op, T, storage_t<E>, BoolIn, NIN, OUT>>});
+            v.push_back(ew_entry<EwFwd<Op, T, storage_t<E>, BoolIn, NIN, OUT>>(OP, DIR, D, E));
         });
       } else if constexpr ((kOpIndex * kNumDTypes + static_cast<int>(D)) % NPARTS == PART) {
         constexpr DType E = OUT == OutRule::Bool ? DType::b8 : D;
-        v.push_back({OP, DIR, D, E, &ew_launch_fn<EwFwd<Op, T, storage_t<E>, BoolIn, NIN, OUT>>});
+        v.push_back(ew_entry<EwFwd<Op, T, storage_t<E>, BoolIn, NIN, OUT>>(OP, DIR, D, E));
       }
     });
   } else if constexpr (BW != BackwardNeeds::None) {
     for_each_dtype<BWS>([&](auto din) {
       constexpr DType D = decltype(din)::value;
       if constexpr ((kOpIndex * kNumDTypes + static_cast<int>(D)) % NPARTS == PART)
-        v.push_back({OP, DIR, D, D, &ew_launch_fn<EwBwd<Op, storage_t<D>, BoolIn, NIN, BW, GM>>});
+        v.push_back(ew_entry<EwBwd<Op, storage_t<D>, BoolIn, NIN, BW, GM>>(OP, DIR, D, D));
     });
   }
 }

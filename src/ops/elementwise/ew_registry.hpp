@@ -19,6 +19,7 @@ struct EwEntry {
   DType in;   // dtype of the (non-bool) inputs
   DType out;  // dtype of the outputs
   EwLaunchFn launch;
+  int vec;    // elements per 16-byte access of the vectorized variant
 };
 
 /// All entries, sorted for lookup.

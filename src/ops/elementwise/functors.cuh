@@ -282,7 +282,7 @@ struct op_hardshrink {
   BW1(x) { const M l = prm<M>(p, 0); g[0] = (x >= -l && x <= l) ? M(0) : dy; }
 };
 struct op_softshrink {
-  FW1 { const M l = prm<M>(p, 0); return x > l ? x - l : (x < -l ? x + l : M(0)); }
+  FW1 { const M l = prm<M>(p, 0); return x > l ? x - l : (x < -l ? x + l : x * M(0)); }  // x*0 keeps NaN (ATen)
   BW1(x) { const M l = prm<M>(p, 0); g[0] = (x >= -l && x <= l) ? M(0) : dy; }
 };
 struct op_tanhshrink { FW1 { return x - tanh(x); } BW1(x) { const M t = tanh(x); g[0] = dy * t * t; } };

@@ -4,11 +4,11 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <string>
 
 #include "baracuda/ops/elementwise.hpp"
 #include "core/ew_iter.hpp"
+#include "core/impl_list.hpp"
 #include "ops/elementwise/ew_registry.hpp"
 
 namespace baracuda {
@@ -141,11 +141,9 @@ bool Shape::operator==(const Shape& o) const {
   return rank == o.rank && std::equal(dims.begin(), dims.begin() + rank, o.dims.begin());
 }
 std::string Shape::str() const {
-  std::ostringstream os;
-  os << '[';
-  for (int i = 0; i < rank; ++i) os << (i ? ", " : "") << dims[i];
-  os << ']';
-  return os.str();
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
 }
 
 Result<Shape> broadcast_shapes(std::string_view op, std::span<const Shape> shapes) {
@@ -279,14 +277,13 @@ Result<void> check_params(const ElementwiseDesc& d) {
 }
 }  // namespace
 
-Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const ElementwiseDesc& desc,
-                                                const PlanPreference& pref) {
-  if (static_cast<size_t>(desc.op) >= std::size(kOps))
-    return invalid("elementwise: op id " + std::to_string(static_cast<int>(desc.op)) + " is out of range");
+// ---- implementations, in preference order --------------------------------------------------------
+namespace {
+/// The generic engine (vectorized / strided-32 / strided-64 variants chosen per call).
+Result<void> native_accepts(const Target& target, const ElementwiseDesc& desc, const PlanPreference& pref) {
   const auto& in = info(desc.op);
   const std::string label = op_label(desc);
   const bool bw = desc.direction == Direction::Backward;
-
   // Preferences: honoured or refused, never ignored.
   if (pref.backend != Backend::Any && pref.backend != Backend::Native)
     return unsupported(label + ": preference backend=" + to_string(pref.backend) +
@@ -318,6 +315,27 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
     return invalid(label + ": out_dtype expected " + std::string(name(expect_out)) + ", got " +
                    std::string(name(desc.out_dtype)));
 
+  if (!detail::ew_find(desc.op, desc.direction, desc.dtype, bw ? desc.dtype : desc.out_dtype))
+    return unsupported(label + ": no kernel registered for " + std::string(name(desc.dtype)) + " -> " +
+                       std::string(name(desc.out_dtype)));
+  return {};
+}
+
+struct EwImpl {
+  const char* name;
+  Result<void> (*accepts)(const Target&, const ElementwiseDesc&, const PlanPreference&);
+};
+constexpr EwImpl kEwImpls[] = {{"native-engine", native_accepts}};
+}  // namespace
+
+Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const ElementwiseDesc& desc,
+                                                const PlanPreference& pref) {
+  if (static_cast<size_t>(desc.op) >= std::size(kOps))
+    return invalid("elementwise: op id " + std::to_string(static_cast<int>(desc.op)) + " is out of range");
+  const auto& in = info(desc.op);
+  const std::string label = op_label(desc);
+  const bool bw = desc.direction == Direction::Backward;
+
   // Shapes.
   if (in.nin > 0) {
     auto b = broadcast_shapes(label, std::span<const Shape>(desc.in_shapes.data(), static_cast<size_t>(in.nin)));
@@ -332,10 +350,9 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
   }
   BARACUDA_TRY(check_params(desc));
 
+  auto impl = detail::first_accepting<EwImpl>(label, kEwImpls, target, desc, pref);
+  if (!impl) return impl.error();
   const detail::EwEntry* e = detail::ew_find(desc.op, desc.direction, desc.dtype, bw ? desc.dtype : desc.out_dtype);
-  if (!e)
-    return unsupported(label + ": no kernel registered for " + std::string(name(desc.dtype)) + " -> " +
-                       std::string(name(desc.out_dtype)));
 
   ElementwisePlan p;
   p.desc_ = desc;
@@ -514,21 +531,52 @@ Result<void> ElementwisePlan::can_implement(const ElementwiseArgs& a) const {
   return {};
 }
 
-std::string_view ElementwisePlan::layout_for(const ElementwiseArgs& a) const {
-  const Shape& s = desc_.out_shape;
-  if (s.numel() == 0) return "empty";
+namespace {
+/// The operands run() hands to the engine: gradients of broadcast inputs are redirected to
+/// dense slices of the workspace (summed into the real gradient afterwards).
+struct Launch {
   std::array<TensorMut, 3> outs{};
-  for (int k = 0; k < a.nout; ++k) outs[k] = a.out[k];
-  auto it = detail::make_ew_iter(std::span<const TensorMut>(outs.data(), static_cast<size_t>(a.nout)),
-                                 std::span<const TensorRef>(a.in.data(), static_cast<size_t>(a.nin)), s.rank,
-                                 s.dims.data(), info(desc_.op).nin == 0);
-  if (it.contiguous) return (allow_vectorized_ && it.aligned16) ? "contiguous-vec16" : "contiguous";
+  std::array<int, 3> reduce_input{-1, -1, -1};
+};
+Launch plan_launch(const ElementwiseDesc& desc, const ElementwiseArgs& a, void* ws) {
+  Launch l;
+  const auto& in = info(desc.op);
+  const Shape& s = desc.out_shape;
+  for (int k = 0; k < a.nout; ++k) l.outs[k] = a.out[k];
+  if (desc.direction != Direction::Backward) return l;
+  char* wsp = static_cast<char*>(ws);
+  int g = 0;
+  for (int i = 0; i < in.nin; ++i) {
+    if (!((in.grad_mask >> i) & 1)) continue;
+    if (grad_needs_reduction(desc, i)) {
+      l.outs[g] = TensorMut{wsp, desc.dtype, Layout::contiguous(s.rank, s.dims.data())};
+      if (wsp) wsp += align256(static_cast<size_t>(s.numel()) * static_cast<size_t>(size_in_bytes(desc.dtype)));
+      l.reduce_input[g] = i;
+    }
+    ++g;
+  }
+  return l;
+}
+detail::EwIter plan_iter(const ElementwiseDesc& desc, const ElementwiseArgs& a, const Launch& l) {
+  const Shape& s = desc.out_shape;
+  return detail::make_ew_iter(std::span<const TensorMut>(l.outs.data(), static_cast<size_t>(a.nout)),
+                              std::span<const TensorRef>(a.in.data(), static_cast<size_t>(a.nin)), s.rank,
+                              s.dims.data(), info(desc.op).nin == 0);
+}
+}  // namespace
+
+std::string_view ElementwisePlan::layout_for(const ElementwiseArgs& a) const {
+  if (desc_.out_shape.numel() == 0) return "empty";
+  // Workspace slices are 256-byte aligned: a fake aligned base gives the same decision.
+  const Launch l = plan_launch(desc_, a, reinterpret_cast<void*>(uintptr_t{256}));
+  const auto it = plan_iter(desc_, a, l);
+  if (allow_vectorized_ && detail::ew_can_vectorize(it, entry_->vec))
+    return it.rank <= 1 ? "contiguous-vec16" : "inner-contiguous-vec16";
   return it.fits_i32 ? "strided-i32" : "strided-i64";
 }
 
 Result<void> ElementwisePlan::run(cudaStream_t stream, Workspace ws, const ElementwiseArgs& a) const {
   BARACUDA_TRY(can_implement(a));
-  const auto& in = info(desc_.op);
   const std::string label = op_label(desc_);
   const Shape& s = desc_.out_shape;
   if (s.numel() == 0) return {};
@@ -541,31 +589,13 @@ Result<void> ElementwisePlan::run(cudaStream_t stream, Workspace ws, const Eleme
     p.f[i] = static_cast<float>(desc_.params[i]);
   }
   // Gradients of broadcast inputs go to dense workspace slices first.
-  std::array<TensorMut, 3> outs{};
-  std::array<int, 3> reduce_input{-1, -1, -1};
-  char* wsp = static_cast<char*>(ws.ptr);
-  const bool bw = desc_.direction == Direction::Backward;
-  for (int k = 0; k < a.nout; ++k) outs[k] = a.out[k];
-  if (bw) {
-    int g = 0;
-    for (int i = 0; i < in.nin; ++i) {
-      if (!((in.grad_mask >> i) & 1)) continue;
-      if (grad_needs_reduction(desc_, i)) {
-        outs[g] = TensorMut{wsp, desc_.dtype, Layout::contiguous(s.rank, s.dims.data())};
-        wsp += align256(static_cast<size_t>(s.numel()) * static_cast<size_t>(size_in_bytes(desc_.dtype)));
-        reduce_input[g] = i;
-      }
-      ++g;
-    }
-  }
-  auto it = detail::make_ew_iter(std::span<const TensorMut>(outs.data(), static_cast<size_t>(a.nout)),
-                                 std::span<const TensorRef>(a.in.data(), static_cast<size_t>(a.nin)), s.rank,
-                                 s.dims.data(), in.nin == 0);
+  const Launch l = plan_launch(desc_, a, ws.ptr);
+  const auto it = plan_iter(desc_, a, l);
   cudaError_t e = entry_->launch(it, p, allow_vectorized_, stream);
   if (e != cudaSuccess) return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
   for (int g = 0; g < a.nout; ++g) {
-    if (reduce_input[g] < 0) continue;
-    e = detail::ew_sum_to_shape(desc_.dtype, outs[g].data, s, a.out[g], stream);
+    if (l.reduce_input[g] < 0) continue;
+    e = detail::ew_sum_to_shape(desc_.dtype, l.outs[g].data, s, a.out[g], stream);
     if (e != cudaSuccess)
       return make_error(Status::CudaError, label + ": gradient reduction failed: " + cudaGetErrorString(e));
   }
@@ -584,7 +614,10 @@ std::string desc_key(const ElementwiseDesc& d, const PlanPreference& p, int devi
     k.append(reinterpret_cast<const char*>(&s->rank), sizeof(s->rank));
     k.append(reinterpret_cast<const char*>(s->dims.data()), sizeof(int64_t) * static_cast<size_t>(s->rank));
   }
-  k.append(reinterpret_cast<const char*>(&p), sizeof(p));
+  const int prefs[] = {static_cast<int>(p.backend), p.require_deterministic, p.require_bit_stable,
+                       static_cast<int>(p.tf32), static_cast<int>(p.reduced_precision_reduction),
+                       static_cast<int>(p.vectorized)};
+  k.append(reinterpret_cast<const char*>(prefs), sizeof(prefs));
   k.append(reinterpret_cast<const char*>(&device), sizeof(device));
   return k;
 }

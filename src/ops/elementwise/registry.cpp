@@ -28,7 +28,7 @@ std::span<const EwEntry> ew_registry() { return table(); }
 
 const EwEntry* ew_find(ElementwiseOp op, Direction dir, DType in, DType out) {
   const auto& t = table();
-  const EwEntry probe{op, dir, in, out, nullptr};
+  const EwEntry probe{op, dir, in, out, nullptr, 0};
   auto it = std::lower_bound(t.begin(), t.end(), probe, [](const EwEntry& a, const EwEntry& b) { return key(a) < key(b); });
   if (it == t.end() || key(*it) != key(probe)) return nullptr;
   return &*it;

@@ -25,7 +25,7 @@ def test_ops_table():
     keys = {"name", "group", "nin", "bool_inputs", "params", "fw_dtypes", "out", "bw", "bw_dtypes", "grad_mask", "tol"}
     for o in ops:
         assert keys <= set(o)
-        assert o["out"] in ("same", "bool", "cast") and o["bw"] in ("none", "in", "out", "inout")
+        assert o["out"] in ("same", "bool", "cast") and o["bw"] in ("none", "dy", "in", "out", "inout")
         for p in o["params"]:
             assert {"name", "default", "choices"} <= set(p)
     gelu = next(o for o in ops if o["name"] == "gelu")

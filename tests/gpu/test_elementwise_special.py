@@ -1,0 +1,228 @@
+"""Elementwise: tensors past 2^31 elements, error reporting, CuPy/JAX interop, and the quick
+compute-sanitizer subset (-m sanitizer / -k sanitizer). See README.md."""
+import math
+
+import pytest
+
+import elementwise_common as ew  # skips this module without torch / CUDA / baracuda
+
+torch = ew.torch
+F = ew.F
+
+needs_cuda = pytest.mark.skipif(ew.DEVICE != "cuda", reason="needs the CUDA device")
+
+
+# ---- more than 2^31 elements (64-bit indexing) ---------------------------------------------------
+def _sample_positions(n, device):
+    edge = 1 << 31
+    parts = [torch.arange(0, 4096), torch.arange(n - 4096, n), torch.arange(edge - 4096, min(edge + 4096, n)),
+             torch.randint(0, n, (1 << 16,), generator=torch.Generator().manual_seed(7))]
+    return torch.cat(parts).to(device)
+
+
+@needs_cuda
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_big_tensor_add_uint8(layout):
+    """add on uint8 with more than 2^31 elements: sampled positions and the exact total."""
+    free, _ = torch.cuda.mem_get_info()
+    if free < 12 * 2 ** 30:
+        pytest.skip(f"needs 12 GiB of free GPU memory, {free / 2 ** 30:.1f} GiB free")
+    gen = torch.Generator(device="cuda").manual_seed(2024)
+    try:
+        if layout == "contiguous":
+            n = 2 ** 31 + 17
+            a = torch.randint(0, 100, (n,), dtype=torch.uint8, device="cuda", generator=gen)
+            b = torch.randint(0, 100, (n,), dtype=torch.uint8, device="cuda", generator=gen)
+        else:  # every other column of a [R, 2C] tensor: strides (2C, 2), R*C > 2^31
+            r, c = 2 ** 15 + 1, 2 ** 16
+            n = r * c
+            a = torch.randint(0, 100, (r, 2 * c), dtype=torch.uint8, device="cuda", generator=gen)[:, ::2]
+            b = torch.randint(0, 100, (r, c), dtype=torch.uint8, device="cuda", generator=gen)
+        out = F.add(a, b)
+        assert out.dtype == torch.uint8 and tuple(out.shape) == tuple(a.shape)
+        idx = _sample_positions(n, "cuda")
+        if layout == "contiguous":
+            got, want = out[idx], a[idx] + b[idx]
+        else:
+            rows, cols = idx // c, idx % c
+            got, want = out[rows, cols], a[rows, cols] + b[rows, cols]
+        assert torch.equal(got, want), f"add-uint8-{layout}: {int((got != want).sum())} sampled positions differ"
+        total = int(out.sum(dtype=torch.int64))
+        expect = int(a.sum(dtype=torch.int64)) + int(b.sum(dtype=torch.int64))  # no wrap: values < 100
+        assert total == expect, f"add-uint8-{layout}: sum {total}, expected {expect}"
+    finally:
+        a = b = out = None  # noqa: F841
+        torch.cuda.empty_cache()
+
+
+# ---- errors name the op -----------------------------------------------------------------------------
+ERR = (RuntimeError, ValueError)
+
+
+def _t(shape, dt=torch.float32):
+    return ew.draw(ew.U(-3, 3), shape, dt, ew.seeded("err", shape, dt))
+
+
+def test_error_shape_mismatch():
+    with pytest.raises(ERR, match="add"):
+        F.add(_t([3]), _t([4]))
+    with pytest.raises(ERR, match="where"):
+        F.where(_t([5]) > 0, _t([5]), _t([6]))
+
+
+def test_error_out_shape_mismatch():
+    with pytest.raises(ERR, match="mul"):
+        F.mul(_t([3]), _t([3]), out=torch.empty(4, device=ew.DEVICE))
+
+
+@pytest.mark.parametrize("name,dtype", [("bitwise_and", torch.float32), ("popcount", torch.float32),
+                                        ("erf", torch.complex64), ("bitwise_left_shift", torch.float64)],
+                         ids=["bitwise_and-float32", "popcount-float32", "erf-complex64",
+                              "bitwise_left_shift-float64"])
+def test_error_bad_dtype(name, dtype):
+    """dtypes outside the row's fw_dtypes (that torch rejects too) raise, naming the op."""
+    x = _t([7], torch.float32).to(dtype)
+    args = [x] * ew.ROWS[name]["nin"]
+    with pytest.raises(ERR, match=name):
+        getattr(F, name)(*args)
+
+
+def test_error_overlapping_output():
+    x, y = _t([33, 65]), _t([33, 65])
+    with pytest.raises(ERR, match="add"):
+        F.add(x, y, out=torch.empty(1, 65, device=ew.DEVICE).expand(33, 65))
+    base = _t([100])
+    with pytest.raises(ERR, match="neg"):
+        F.neg(base[:-1], out=base[1:])  # partial overlap with the input
+
+
+def test_exact_inplace_is_allowed():
+    x, y = _t([33, 65]), _t([1, 65])
+    want = x + y
+    F.add(x, y, out=x)
+    torch.testing.assert_close(x, want, rtol=1.3e-6, atol=1e-5)
+
+
+@needs_cuda
+def test_error_cpu_tensor():
+    with pytest.raises(ERR, match="exp"):
+        F.exp(torch.ones(4))
+
+
+def test_rrelu_training_not_implemented():
+    with pytest.raises(NotImplementedError, match="random"):
+        F.rrelu(_t([7]), training=True)
+
+
+# ---- interop ---------------------------------------------------------------------------------------------
+@needs_cuda
+def test_interop_cupy():
+    try:
+        import cupy as cp
+        cp.cuda.runtime.getDeviceCount()
+    except Exception as e:  # missing, or no usable CUDA for CuPy
+        pytest.skip(f"CuPy unavailable: {e}")
+    x = cp.linspace(-2, 2, 4097, dtype=cp.float32)
+    y = (cp.arange(4097, dtype=cp.float32) - 2000) / 7
+    r = F.add(x, y)
+    assert isinstance(r, cp.ndarray), f"expected a CuPy array back, got {type(r).__name__}"
+    cp.testing.assert_allclose(r, x + y, rtol=1.3e-6, atol=1e-5)
+    e = F.exp(x[::2])
+    assert isinstance(e, cp.ndarray)
+    cp.testing.assert_allclose(e, cp.exp(x[::2]), rtol=1.3e-6, atol=1e-5)
+
+
+@needs_cuda
+def test_interop_jax():
+    try:
+        import jax
+        import jax.numpy as jnp
+        gpus = jax.devices("gpu")
+    except Exception as e:
+        pytest.skip(f"JAX with a GPU backend unavailable: {e}")
+    import numpy as np
+    x = jax.device_put(jnp.linspace(-2, 2, 4097, dtype=jnp.float32), gpus[0])
+    y = jax.device_put(jnp.arange(4097, dtype=jnp.float32) / 7, gpus[0])
+    r = F.mul(x, y)
+    assert isinstance(r, jax.Array), f"expected a JAX array back, got {type(r).__name__}"
+    np.testing.assert_allclose(np.asarray(r), np.asarray(x) * np.asarray(y), rtol=1.3e-6, atol=1e-5)
+    s = F.sigmoid(x)
+    np.testing.assert_allclose(np.asarray(s), 1 / (1 + np.exp(-np.asarray(x, dtype=np.float64))),
+                               rtol=1.3e-6, atol=1e-5)
+
+
+# ---- quick compute-sanitizer subset ---------------------------------------------------------------------
+# Small shapes, few launches: `compute-sanitizer --tool memcheck python -m pytest tests/gpu -m sanitizer`.
+def _small(name, dt, shapes, view=None, domain=None, seed="san"):
+    row = ew.ROWS[name]
+    g = ew.seeded(seed, name, dt, shapes, view)
+    n = 1 if name in ew.GATED else row["nin"]
+    doms = ew.domains(name, dt, n, domain)
+    ins = []
+    for i, (s, d) in enumerate(zip(shapes, doms)):
+        idt = torch.bool if (name not in ew.GATED and (row["bool_inputs"] >> i) & 1) else dt
+        t = ew.draw(d, s, idt, g)
+        ins.append(t.t() if view == "t" else (t[:, ::2] if view == "slice" else t))
+    return ins, g
+
+
+SAN_FW = [
+    ("add", torch.float32, [[5, 1], [1, 7]], None, True),
+    ("add", torch.float16, [[9, 16], [9, 16]], "slice", False),
+    ("exp", torch.bfloat16, [[7, 5]], "t", True),
+    ("where", torch.float32, [[6, 1], [1, 5], [6, 5]], None, False),
+    ("bitwise_and", torch.int8, [[13], []], None, False),
+    ("isnan", torch.float64, [[17]], None, False),
+    ("add", torch.float32, [[0], [0]], None, False),
+    ("glu", torch.float32, [[6, 10]], None, False),
+]
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"sanitizer-{c[0]}-{ew.dname(c[1])}-{c[3] or 'plain'}-{i}")
+                                  for i, c in enumerate(SAN_FW)])
+def test_sanitizer_forward(case):
+    name, dt, shapes, view, out_t = case
+    ins, _ = _small(name, dt, shapes, view)
+    ew.run_forward_case(name, dt, ins, {}, f"sanitizer-{name}", out_transposed=out_t,
+                        check_degenerate=False)
+
+
+SAN_BW = [
+    ("add", torch.float32, [[5, 1], [1, 7]], None),
+    ("mul", torch.bfloat16, [[4, 6], []], None),
+    ("gelu", torch.float32, [[7, 5]], "t"),
+    ("sigmoid", torch.float16, [[9, 16]], "slice"),
+    ("where", torch.float32, [[6, 1], [1, 5], [6, 5]], None),
+    ("glu", torch.float32, [[10, 4]], "t"),
+    ("prelu", torch.float32, [[4, 6], [6]], None),
+    ("clamp", torch.float32, [[5, 1], [1, 4], [5, 4]], None),
+]
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("case", [pytest.param(c, id=f"sanitizer-bw-{c[0]}-{ew.dname(c[1])}-{i}")
+                                  for i, c in enumerate(SAN_BW)])
+def test_sanitizer_backward(case):
+    name, dt, shapes, view = case
+    ins, g = _small(name, dt, shapes, view, seed="san-bw")
+    ew.run_backward_case(name, dt, ins, {}, f"sanitizer-bw-{name}-{ew.dname(dt)}", g)
+
+
+@pytest.mark.sanitizer
+def test_sanitizer_cast_and_generators():
+    g = ew.seeded("san-cast")
+    x = ew.draw(ew.U(-100, 100), (9, 5), torch.float32, g).t()
+    ew.assert_matches(F.cast(x, torch.bfloat16), [x.to(torch.bfloat16)], torch.bfloat16, 1, True, "sanitizer-cast")
+    i8 = ew.draw(ew.U(-100, 100), (17,), torch.int8, g)
+    ew.assert_matches(F.cast(i8, torch.float32), [i8.float()], torch.float32, 1, True, "sanitizer-cast-int8")
+    ew.assert_matches(F.arange(-3, 40, 3, dtype=torch.int32),
+                      [torch.arange(-3, 40, 3, dtype=torch.int32, device=ew.DEVICE)], torch.int32, 1, True,
+                      "sanitizer-arange")
+    ew.assert_matches(F.linspace(-1.0, 2.0, 33, dtype=torch.float32),
+                      [torch.linspace(-1.0, 2.0, 33, dtype=torch.float32, device=ew.DEVICE)], torch.float32,
+                      1, False, "sanitizer-linspace")
+    ew.assert_matches(F.eye(5, 3, dtype=torch.float16), [torch.eye(5, 3, dtype=torch.float16, device=ew.DEVICE)],
+                      torch.float16, 1, True, "sanitizer-eye")
+    assert math.isfinite(float(F.full([3], 2.5, dtype=torch.float32).sum()))
