@@ -36,21 +36,29 @@ def needs_output(row):
 # Dtypes a framework may be unable to export through DLPack travel as a same-size carrier plus
 # the real dtype's name; _C reinterprets the storage.
 _REINTERPRET = {}
-_to_dlpack = None
+_to_dlpack = _raw_stream = None
 if torch is not None:
     for _name, _carrier in (("float8_e4m3fn", "uint8"), ("float8_e5m2", "uint8"), ("uint32", "int32")):
         if hasattr(torch, _name):
             _REINTERPRET[getattr(torch, _name)] = (getattr(torch, _carrier), _name)
-    # torch._C._to_dlpack skips Tensor.__dlpack__'s Python-level stream handshake; we pass the
-    # stream to the kernel ourselves (torch.cuda.current_stream()).
+    # torch._C._to_dlpack skips Tensor.__dlpack__'s Python-level stream handshake: the kernels run
+    # on torch's current stream anyway.
     _to_dlpack = getattr(torch._C, "_to_dlpack", None) or torch.utils.dlpack.to_dlpack
+    _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # cheaper than current_stream()
+
+
+def current_stream(device):
+    """torch's current cudaStream_t on `device`, as an integer."""
+    if _raw_stream is not None:
+        return _raw_stream(device.index if device.index is not None else torch.cuda.current_device())
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def dl(t):
     """A torch tensor as something _C accepts."""
     if t.requires_grad:
         t = t.detach()
-    if t.is_conj() or t.is_neg():
+    if t.is_complex() and (t.is_conj() or t.is_neg()):
         t = t.resolve_conj().resolve_neg()
     r = _REINTERPRET.get(t.dtype)
     if r is not None:
@@ -60,7 +68,7 @@ def dl(t):
 
 def launch(name, backward, ins, outs, params, device):
     """Runs one plan on torch's current stream of `device`; allocates the backward workspace."""
-    stream = torch.cuda.current_stream(device).cuda_stream
+    stream = current_stream(device)
     ws = None
     if backward and outs and any(o.numel() != ins[0].numel() for o in outs):
         n = _C.workspace_size(name, True, [dl(t) for t in ins], [dl(t) for t in outs], params)

@@ -75,19 +75,15 @@ __device__ __forceinline__ To convert(From x, bool saturate = false) {
     if constexpr (is_complex_v<From>) return To(V(x.real()), V(x.imag()));
     else return To(convert<V>(x), V(0));
   } else if constexpr (cuda::std::is_same_v<To, __half>) {
-    if constexpr (cuda::std::is_same_v<From, double>) return __double2half(x);
-    else return __float2half_rn(static_cast<float>(x));
+    // Through f32 even from f64, as torch does (c10::Half(float)): same double rounding.
+    return __float2half_rn(static_cast<float>(x));
   } else if constexpr (cuda::std::is_same_v<To, __nv_bfloat16>) {
-    if constexpr (cuda::std::is_same_v<From, double>) return __double2bfloat16(x);
-    else return __float2bfloat16_rn(static_cast<float>(x));
+    return __float2bfloat16_rn(static_cast<float>(x));
   } else if constexpr (cuda::std::is_same_v<To, __nv_fp8_e4m3> || cuda::std::is_same_v<To, __nv_fp8_e5m2>) {
     constexpr __nv_fp8_interpretation_t kind =
         cuda::std::is_same_v<To, __nv_fp8_e4m3> ? __NV_E4M3 : __NV_E5M2;
     To r;
-    if constexpr (cuda::std::is_same_v<From, double>)
-      r.__x = __nv_cvt_double_to_fp8(x, saturate ? __NV_SATFINITE : __NV_NOSAT, kind);
-    else
-      r.__x = __nv_cvt_float_to_fp8(static_cast<float>(x), saturate ? __NV_SATFINITE : __NV_NOSAT, kind);
+    r.__x = __nv_cvt_float_to_fp8(static_cast<float>(x), saturate ? __NV_SATFINITE : __NV_NOSAT, kind);
     return r;
   } else if constexpr (is_int_v<To> && is_float_v<From>) {
     // torch (CUDA) converts through static_cast; unsigned targets go through int64 so that

@@ -87,6 +87,11 @@ struct EwVec {
 
 template <int NOPS>
 __device__ __forceinline__ void ew_vec_offsets(const EwVec& a, int64_t e, int64_t (&off)[NOPS]) {
+  if (a.rank <= 1) {  // plain contiguous (uniform branch): no multiplies
+#pragma unroll
+    for (int k = 0; k < NOPS; ++k) off[k] = (a.inner_bcast >> k) & 1 ? 0 : e;
+    return;
+  }
 #pragma unroll
   for (int k = 0; k < NOPS; ++k) off[k] = 0;
   int64_t rem = e;

@@ -121,7 +121,10 @@ struct op_polygamma {
   BW1(x) { g[0] = dy * polygamma(static_cast<int>(p.d[0]) + 1, x); }
 };
 struct op_i0 {
-  FW1 { if constexpr (cuda::std::is_same_v<M, float>) return cyl_bessel_i0f(x); else return cyl_bessel_i0(x); }
+  FW1 {
+    if (isinf(x)) return cuda::std::numeric_limits<M>::infinity();  // i0(+-inf) = inf (torch)
+    if constexpr (cuda::std::is_same_v<M, float>) return cyl_bessel_i0f(x); else return cyl_bessel_i0(x);
+  }
   BW1(x) { if constexpr (cuda::std::is_same_v<M, float>) g[0] = dy * cyl_bessel_i1f(x); else g[0] = dy * cyl_bessel_i1(x); }
 };
 struct op_sinc {
@@ -192,8 +195,13 @@ struct op_logical_not { FW1 { return !bool(x); } };
 struct op_relu { FW1 { return x <= M(0) ? M(0) : x; } BW1(y) { g[0] = y <= M(0) ? M(0) : dy; } };
 struct op_hardtanh {
   FW1 {
-    const M lo = prm<M>(p, 0), hi = prm<M>(p, 1);
-    return x < lo ? lo : (x > hi ? hi : x);
+    if constexpr (is_int_v<M>) {  // bounds may lie outside the integer range (uint8 with -1)
+      const double v = double(x) < p.d[0] ? p.d[0] : (double(x) > p.d[1] ? p.d[1] : double(x));
+      return static_cast<M>(v);
+    } else {
+      const M lo = prm<M>(p, 0), hi = prm<M>(p, 1);
+      return x < lo ? lo : (x > hi ? hi : x);
+    }
   }
   BW1(x) { g[0] = (x <= prm<M>(p, 0) || x >= prm<M>(p, 1)) ? M(0) : dy; }
 };
@@ -429,7 +437,26 @@ struct op_copysign {
   FW2 { return copysign(a, b); }
   BW2 { g[0] = a == M(0) ? M(0) : dy * (copysign(a, b) / a); g[1] = M(0); }
 };
-struct op_nextafter { FW2 { return nextafter(a, b); } };
+struct op_nextafter {
+  FW2 {
+    if constexpr (cuda::std::is_same_v<T, __half> || cuda::std::is_same_v<T, __nv_bfloat16>) {
+      // Step in the storage format, not in f32 (torch's semantics for reduced floats).
+      if (isnan(a) || isnan(b)) return nan_<M>();
+      if (a == b) return b;
+      const T ta = convert<T>(a);
+      uint16_t bits;
+      memcpy(&bits, &ta, 2);
+      if (a == M(0)) bits = static_cast<uint16_t>(1u | (signbit(b) ? 0x8000u : 0u));
+      else if ((a < b) == (a > M(0))) ++bits;
+      else --bits;
+      T r;
+      memcpy(&r, &bits, 2);
+      return load_as_opmath(r);
+    } else {
+      return nextafter(a, b);
+    }
+  }
+};
 struct op_ldexp {
   FW2 { return a * exp2(b); }
   BW2 { const M s = exp2(b); g[0] = dy * s; g[1] = dy * a * s * M(0.693147180559945309417); }
@@ -592,16 +619,24 @@ struct op_fma { FW3 { return fma(a, b, c); } BW3 { g[0] = dy * b; g[1] = dy * a;
 // ---- cast and generators ---------------------------------------------------------------------
 struct op_cast { FW1 { return x; } };
 struct op_fill { GEN { return prm<M>(p, 0); } };
-struct op_arange { GEN { return M(prm<M>(p, 0) + M(i) * prm<M>(p, 1)); } };
-template <class M> __device__ __forceinline__ M linspace_(const EwParams& p, int64_t i) {
-  // ATen's symmetric formula: exact endpoints.
+struct op_arange {
+  GEN {
+    // Integers in int64 (a negative step is not representable in uint8), floats in opmath.
+    if constexpr (is_int_v<M>) return M(static_cast<int64_t>(p.d[0]) + i * static_cast<int64_t>(p.d[1]));
+    else return M(prm<M>(p, 0) + M(i) * prm<M>(p, 1));
+  }
+};
+template <class M, class T> __device__ __forceinline__ M linspace_(const EwParams& p, int64_t i) {
+  // ATen's symmetric formula (exact endpoints); like ATen, start, end and step are values of
+  // the storage type (step rounded to it), the products and sums are done in opmath.
   const int64_t steps = static_cast<int64_t>(p.d[2]);
-  const M start = prm<M>(p, 0), end = prm<M>(p, 1);
-  const M step = steps > 1 ? (end - start) / M(steps - 1) : M(0);
+  const M start = load_as_opmath(convert<T>(prm<M>(p, 0))), end = load_as_opmath(convert<T>(prm<M>(p, 1)));
+  if (steps == 1) return start;
+  const M step = load_as_opmath(convert<T>((end - start) / M(steps - 1)));
   return i < steps / 2 ? start + step * M(i) : end - step * M(steps - i - 1);
 }
-struct op_linspace { GEN { return linspace_<M>(p, i); } };
-struct op_logspace { GEN { return pow(prm<M>(p, 3), linspace_<M>(p, i)); } };
+struct op_linspace { GEN { return linspace_<M, T>(p, i); } };
+struct op_logspace { GEN { return pow(prm<M>(p, 3), linspace_<M, T>(p, i)); } };
 struct op_eye {
   GEN {
     const int64_t cols = static_cast<int64_t>(p.d[0]);
