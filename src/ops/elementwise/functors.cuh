@@ -122,7 +122,8 @@ struct op_polygamma {
 };
 struct op_i0 {
   FW1 {
-    if (isinf(x)) return cuda::std::numeric_limits<M>::infinity();  // i0(+-inf) = inf (torch)
+    // torch's Cephes evaluation gives exp(inf) * c / sqrt(inf) = inf/inf = NaN at +-inf.
+    if (isinf(x)) return nan_<M>();
     if constexpr (cuda::std::is_same_v<M, float>) return cyl_bessel_i0f(x); else return cyl_bessel_i0(x);
   }
   BW1(x) { if constexpr (cuda::std::is_same_v<M, float>) g[0] = dy * cyl_bessel_i1f(x); else g[0] = dy * cyl_bessel_i1(x); }
@@ -194,14 +195,19 @@ struct op_logical_not { FW1 { return !bool(x); } };
 // ---- activations -------------------------------------------------------------------------
 struct op_relu { FW1 { return x <= M(0) ? M(0) : x; } BW1(y) { g[0] = y <= M(0) ? M(0) : dy; } };
 struct op_hardtanh {
+  // torch: clamp(x, min_val, max_val) = min(max(x, lo), hi), the bounds converted to the
+  // tensor's dtype first (for uint8, min_val=-1 wraps to 255, as torch's Scalar conversion).
   FW1 {
-    if constexpr (is_int_v<M>) {  // bounds may lie outside the integer range (uint8 with -1)
-      const double v = double(x) < p.d[0] ? p.d[0] : (double(x) > p.d[1] ? p.d[1] : double(x));
-      return static_cast<M>(v);
+    M lo, hi;
+    if constexpr (is_int_v<M>) {
+      lo = static_cast<M>(static_cast<int64_t>(p.d[0]));
+      hi = static_cast<M>(static_cast<int64_t>(p.d[1]));
     } else {
-      const M lo = prm<M>(p, 0), hi = prm<M>(p, 1);
-      return x < lo ? lo : (x > hi ? hi : x);
+      lo = prm<M>(p, 0);
+      hi = prm<M>(p, 1);
     }
+    const M r = x < lo ? lo : x;  // NaN stays NaN
+    return r > hi ? hi : r;
   }
   BW1(x) { g[0] = (x <= prm<M>(p, 0) || x >= prm<M>(p, 1)) ? M(0) : dy; }
 };
@@ -626,14 +632,18 @@ struct op_arange {
     else return M(prm<M>(p, 0) + M(i) * prm<M>(p, 1));
   }
 };
+/// Rounds to the storage type and back: reproduces ATen's arithmetic in scalar_t.
+template <class T, class M> __device__ __forceinline__ M rnd(M x) { return load_as_opmath(convert<T>(x)); }
+
 template <class M, class T> __device__ __forceinline__ M linspace_(const EwParams& p, int64_t i) {
-  // ATen's symmetric formula (exact endpoints); like ATen, start, end and step are values of
-  // the storage type (step rounded to it), the products and sums are done in opmath.
+  // ATen's symmetric formula (exact endpoints), with its rounding: start, end, step, the index
+  // and each product and sum are values of the storage type (c10::Half/BFloat16 operators).
   const int64_t steps = static_cast<int64_t>(p.d[2]);
-  const M start = load_as_opmath(convert<T>(prm<M>(p, 0))), end = load_as_opmath(convert<T>(prm<M>(p, 1)));
+  const M start = rnd<T>(prm<M>(p, 0)), end = rnd<T>(prm<M>(p, 1));
   if (steps == 1) return start;
-  const M step = load_as_opmath(convert<T>((end - start) / M(steps - 1)));
-  return i < steps / 2 ? start + step * M(i) : end - step * M(steps - i - 1);
+  const M step = rnd<T>((end - start) / M(steps - 1));
+  return i < steps / 2 ? rnd<T>(start + rnd<T>(step * rnd<T>(M(i))))
+                       : rnd<T>(end - rnd<T>(step * rnd<T>(M(steps - i - 1))));
 }
 struct op_linspace { GEN { return linspace_<M, T>(p, i); } };
 struct op_logspace { GEN { return pow(prm<M>(p, 3), linspace_<M, T>(p, i)); } };
