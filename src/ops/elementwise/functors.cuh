@@ -26,6 +26,9 @@ __device__ __forceinline__ M prm(const EwParams& p, int i) {
   else return static_cast<M>(p.d[i]);
 }
 
+/// Rounds to the storage type and back: reproduces ATen's arithmetic in scalar_t.
+template <class T, class M> __device__ __forceinline__ M rnd(M x) { return load_as_opmath(convert<T>(x)); }
+
 template <class M> __device__ __forceinline__ bool isnan_(M x) {
   if constexpr (is_float_v<M>) return isnan(x); else return false;
 }
@@ -321,8 +324,9 @@ struct op_logsigmoid {
   }
 };
 struct op_threshold {
-  FW1 { return x <= prm<M>(p, 0) ? prm<M>(p, 1) : x; }
-  BW1(x) { g[0] = x <= prm<M>(p, 0) ? M(0) : dy; }
+  // ATen passes threshold and value as scalar_t: compare against the rounded threshold.
+  FW1 { return x <= rnd<T>(prm<M>(p, 0)) ? rnd<T>(prm<M>(p, 1)) : x; }
+  BW1(x) { g[0] = x <= rnd<T>(prm<M>(p, 0)) ? M(0) : dy; }
 };
 struct op_prelu {
   FW2 { return a > M(0) ? a : b * a; }
@@ -361,7 +365,8 @@ struct op_mul {
 };
 struct op_div { FW2 { return a / b; } BW2 { g[0] = dy / b; g[1] = -dy * a / (b * b); } };
 struct op_div_trunc {
-  FW2 { if constexpr (is_float_v<M>) return trunc(a / b); else return b == M(0) ? M(0) : M(a / b); }
+  // ATen: trunc(a / b) with the quotient in scalar_t (rounded to f16/bf16 before trunc).
+  FW2 { if constexpr (is_float_v<M>) return trunc(rnd<T>(a / b)); else return b == M(0) ? M(0) : M(a / b); }
   ZERO_BW2
 };
 template <class M> __device__ __forceinline__ M div_floor_(M a, M b) {
@@ -632,9 +637,6 @@ struct op_arange {
     else return M(prm<M>(p, 0) + M(i) * prm<M>(p, 1));
   }
 };
-/// Rounds to the storage type and back: reproduces ATen's arithmetic in scalar_t.
-template <class T, class M> __device__ __forceinline__ M rnd(M x) { return load_as_opmath(convert<T>(x)); }
-
 template <class M, class T> __device__ __forceinline__ M linspace_(const EwParams& p, int64_t i) {
   // ATen's symmetric formula (exact endpoints), with its rounding: start, end, step, the index
   // and each product and sum are values of the storage type (c10::Half/BFloat16 operators).
