@@ -234,6 +234,11 @@ TEST_F(AddFixture, BroadcastInputsMayOverlapThemselves) {
   a.in[1].layout = strided({3, 4}, {0, 1});  // an expanded [4] row: fine for an input
   auto r = plan.can_implement(a);
   EXPECT_TRUE(r.ok()) << r.message();
+  // A broadcast row keeps a contiguous innermost dim: the vectorized kernel takes it.
+  EXPECT_EQ(std::string(plan.layout_for(a)), "inner-contiguous-vec16");
+  a.in[1].layout = strided({3, 4}, {1, 0});  // an expanded [3, 1] column: broadcast along the inner dim
+  EXPECT_EQ(std::string(plan.layout_for(a)), "inner-contiguous-vec16");
+  a.in[1].layout = strided({3, 4}, {0, 2});  // inner stride 2: no vector loads
   EXPECT_EQ(std::string(plan.layout_for(a)), "strided-i32");
 }
 
