@@ -158,6 +158,52 @@ bool Layout::has_internal_overlap() const {
   return false;
 }
 
+namespace {
+/// Can `delta` be written as sum k_d * stride_d with |k_d| <= size_d - 1 (dims sorted by
+/// decreasing stride, `span[d]` = reach of dims d..n-1)? Each stride exceeds the reach of the
+/// smaller ones, so at most two coefficients per dim are candidates: <= 2^8 paths.
+bool lattice_reaches(int64_t delta, const int64_t* st, const int64_t* sz, const int64_t* span, int d, int n) {
+  if (d == n) return delta == 0;
+  if (delta > span[d] || delta < -span[d]) return false;
+  const int64_t q = delta / st[d];
+  const int64_t k0 = (delta < 0 && q * st[d] != delta) ? q - 1 : q;  // floor division
+  for (int64_t k = k0; k <= k0 + 1; ++k) {
+    if (k > sz[d] - 1 || k < -(sz[d] - 1)) continue;
+    if (lattice_reaches(delta - k * st[d], st, sz, span, d + 1, n)) return true;
+  }
+  return false;
+}
+}  // namespace
+
+bool views_may_overlap(const void* a, const Layout& la, const void* b, const Layout& lb, int elem_bytes) {
+  if (la.numel() == 0 || lb.numel() == 0) return false;
+  int64_t alo, ahi, blo, bhi;
+  la.extent(&alo, &ahi);
+  lb.extent(&blo, &bhi);
+  const auto pa = reinterpret_cast<intptr_t>(a), pb = reinterpret_cast<intptr_t>(b);
+  if (pa + ahi * elem_bytes <= pb + blo * elem_bytes || pb + bhi * elem_bytes <= pa + alo * elem_bytes) return false;
+  // Exact test for equal lattices shifted by a whole number of elements.
+  bool same = la.rank == lb.rank;
+  for (int d = 0; same && d < la.rank; ++d)
+    same = la.shape[d] == lb.shape[d] && (la.shape[d] == 1 || la.stride[d] == lb.stride[d]);
+  if (!same || la.has_internal_overlap() || (pb - pa) % elem_bytes != 0) return true;
+  int64_t st[kMaxRank], sz[kMaxRank], span[kMaxRank + 1];
+  int n = 0;
+  for (int d = 0; d < la.rank; ++d) {
+    if (la.shape[d] <= 1) continue;
+    st[n] = la.stride[d] < 0 ? -la.stride[d] : la.stride[d];
+    sz[n++] = la.shape[d];
+  }
+  for (int i = 1; i < n; ++i)  // decreasing stride
+    for (int j = i; j > 0 && st[j] > st[j - 1]; --j) {
+      std::swap(st[j], st[j - 1]);
+      std::swap(sz[j], sz[j - 1]);
+    }
+  span[n] = 0;
+  for (int d = n - 1; d >= 0; --d) span[d] = span[d + 1] + (sz[d] - 1) * st[d];
+  return lattice_reaches((pb - pa) / elem_bytes, st, sz, span, 0, n);
+}
+
 // No iostreams in the library: inside processes that load another libstdc++ first (torch),
 // std::ostringstream from our copy of the templates crashed (seen on the H200, 2026-11-26).
 static std::string join(const std::array<int64_t, kMaxRank>& v, int n, char open, char close) {

@@ -339,5 +339,36 @@ TEST(StatusTest, Strings) {
   EXPECT_EQ(bad.message(), "x");
 }
 
+
+TEST(ViewsMayOverlap, HalvesOfARowInterleaveButNeverCollide) {
+  // [4, 8] f32, split on the last dim: halves are [4, 4] with strides (8, 1), 4 elements apart.
+  const Layout half = baracuda::test::strided({4, 4}, {8, 1});
+  char* base = static_cast<char*>(baracuda::test::fake_ptr(0));
+  EXPECT_FALSE(views_may_overlap(base, half, base + 4 * 4, half, 4));
+  EXPECT_FALSE(views_may_overlap(base + 4 * 4, half, base, half, 4));
+  // Shifted by one element: rows collide.
+  EXPECT_TRUE(views_may_overlap(base, half, base + 1 * 4, half, 4));
+  // Shifted by a whole row: the second view's first row is the first view's second row.
+  EXPECT_TRUE(views_may_overlap(base, half, base + 8 * 4, half, 4));
+  // Shifted past the end: disjoint ranges.
+  EXPECT_FALSE(views_may_overlap(base, half, base + 32 * 4, half, 4));
+  // Not a whole number of elements apart: conservative.
+  EXPECT_TRUE(views_may_overlap(base, half, base + 18, half, 4));
+  // Different strides: conservative (address ranges overlap).
+  EXPECT_TRUE(views_may_overlap(base, half, base + 4 * 4, baracuda::test::strided({4, 4}, {1, 8}), 4));
+  // Empty views touch nothing.
+  EXPECT_FALSE(views_may_overlap(base, baracuda::test::strided({0, 4}, {8, 1}), base, half, 4));
+}
+
+TEST(ViewsMayOverlap, ThreeDimsAndNegativeOffsets) {
+  // Even/odd channels of [2, 6, 3] (strides (18, 3, 1)) taken as [2, 3, 3] with strides (18, 6, 1).
+  const Layout l = baracuda::test::strided({2, 3, 3}, {18, 6, 1});
+  char* base = static_cast<char*>(baracuda::test::fake_ptr(1));
+  EXPECT_FALSE(views_may_overlap(base, l, base + 3 * 2, l, 2));
+  EXPECT_FALSE(views_may_overlap(base + 3 * 2, l, base, l, 2));
+  EXPECT_TRUE(views_may_overlap(base, l, base + 6 * 2, l, 2));   // next even channel
+  EXPECT_TRUE(views_may_overlap(base, l, base + 19 * 2, l, 2));  // next batch, element 1
+}
+
 }  // namespace
 }  // namespace baracuda

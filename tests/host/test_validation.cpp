@@ -524,5 +524,26 @@ TEST(Sku, PrintsEverything) {
   EXPECT_EQ(f64->precision().accumulator, DType::f64);
 }
 
+TEST(GatedBackward, GradientsIntoTheTwoHalvesOfOneTensor) {
+  // glu backward on x [4, 8] split on the last dim: grad_a and grad_b are the two interleaved
+  // halves of one [4, 8] gradient. Their address ranges overlap but no element is shared.
+  auto desc = ElementwiseDesc::make(ElementwiseOp::glu, DType::f32, {Shape::of({4, 4}), Shape::of({4, 4})},
+                                    Direction::Backward);
+  auto plan = ElementwisePlan::select(Target::offline(), desc);
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  ElementwiseArgs a;
+  a.in[0] = test::ref(0, DType::f32, {4, 4});  // grad_output
+  a.in[1] = TensorRef{fake_ptr(1), DType::f32, strided({4, 4}, {8, 1})};
+  a.in[2] = TensorRef{fake_ptr(1, 16), DType::f32, strided({4, 4}, {8, 1})};
+  a.out[0] = TensorMut{fake_ptr(2), DType::f32, strided({4, 4}, {8, 1})};
+  a.out[1] = TensorMut{fake_ptr(2, 16), DType::f32, strided({4, 4}, {8, 1})};
+  a.nin = 3;
+  a.nout = 2;
+  auto r = plan->can_implement(a);
+  EXPECT_TRUE(r.ok()) << r.message();
+  a.out[1].data = fake_ptr(2, 4);  // one element apart: the halves now share elements
+  EXPECT_FAILS_WITH(plan->can_implement(a), Status::InvalidProblem, "glu_backward", "partially overlaps");
+}
+
 }  // namespace
 }  // namespace baracuda

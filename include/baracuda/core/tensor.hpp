@@ -62,6 +62,11 @@ struct TensorMut {
   operator TensorRef() const { return TensorRef{data, dtype, layout}; }  // NOLINT
 };
 
+/// Whether two views of equal element size can touch a common byte. Exact when both have the
+/// same shape and strides and neither overlaps itself (e.g. the two halves of a row, which
+/// interleave in memory but never collide); conservative (address ranges) otherwise.
+bool views_may_overlap(const void* a, const Layout& la, const void* b, const Layout& lb, int elem_bytes);
+
 /// Builds a contiguous view.
 TensorRef make_ref(const void* data, DType dt, std::initializer_list<int64_t> shape);
 TensorMut make_mut(void* data, DType dt, std::initializer_list<int64_t> shape);

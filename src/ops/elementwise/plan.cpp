@@ -511,13 +511,18 @@ Result<void> ElementwisePlan::can_implement(const ElementwiseArgs& a) const {
                      ", strides " + o.layout->stride_str() + "); outputs need distinct elements");
   }
   // Outputs must not partially alias any other operand; exact in-place (same pointer, same
-  // strides over the output shape) is elementwise-safe.
+  // strides over the output shape) is elementwise-safe, and so are views whose address ranges
+  // interleave without sharing an element (views_may_overlap).
   for (size_t i = 0; i < ops.size(); ++i) {
     if (!ops[i].is_output || range[i].first == range[i].second) continue;
     for (size_t j = 0; j < ops.size(); ++j) {
       if (i == j || range[j].first == range[j].second) continue;
       const bool overlap = range[i].first < range[j].second && range[j].first < range[i].second;
       if (!overlap) continue;
+      // Interleaved but disjoint views (the two halves of a row) are fine.
+      if (ops[i].dtype == ops[j].dtype && size_in_bytes(ops[i].dtype) > 0 && ops[i].data != ops[j].data &&
+          !views_may_overlap(ops[i].data, *ops[i].layout, ops[j].data, *ops[j].layout, size_in_bytes(ops[i].dtype)))
+        continue;
       const Layout& li = *ops[i].layout;
       const Layout& lj = *ops[j].layout;
       bool same = !ops[j].is_output && ops[i].data == ops[j].data && ops[i].dtype == ops[j].dtype &&
