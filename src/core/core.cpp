@@ -100,6 +100,10 @@ bool Layout::is_contiguous() const {
 
 Layout Layout::contiguous(int r, const int64_t* s) {
   Layout l;
+  if (r < 0 || r > kMaxRank) {
+    l.rank = -1;  // more dims than we store: every plan's shape check refuses it
+    return l;
+  }
   l.rank = r;
   int64_t st = 1;
   for (int d = r - 1; d >= 0; --d) {

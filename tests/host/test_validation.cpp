@@ -545,5 +545,38 @@ TEST(GatedBackward, GradientsIntoTheTwoHalvesOfOneTensor) {
   EXPECT_FAILS_WITH(plan->can_implement(a), Status::InvalidProblem, "glu_backward", "partially overlaps");
 }
 
+TEST(SelectRefusals, RoundDecimalsMustBeAnInteger) {
+  auto d = ElementwiseDesc::make(ElementwiseOp::round, DType::f32, {Shape::of({8})});
+  ASSERT_TRUE(d.set_param("decimals", 0.5).ok());
+  EXPECT_FAILS_WITH(ElementwisePlan::select(Target::offline(), d), Status::InvalidProblem, "round", "'decimals'",
+                    "integer", "0.5");
+}
+
+TEST(SelectRefusals, GeneratorOutputShape) {
+  auto d = ElementwiseDesc::make(ElementwiseOp::fill, DType::f32, {Shape::of({2, -1})});
+  EXPECT_FAILS_WITH(ElementwisePlan::select(Target::offline(), d), Status::InvalidProblem, "fill",
+                    "negative size in out_shape", "[2, -1]");
+  d.out_shape = Shape::of({2, 3});
+  d.out_shape.rank = 9;
+  EXPECT_FAILS_WITH(ElementwisePlan::select(Target::offline(), d), Status::InvalidProblem, "fill", "rank > 8");
+}
+
+TEST(SelectRefusals, InputRankAboveEight) {
+  Shape big = Shape::of({2, 3});
+  big.rank = 9;
+  const Shape shapes[] = {Shape::of({3}), big};
+  auto r = broadcast_shapes("add", shapes);
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "add", "input 1", "rank > 8");
+}
+
+TEST(SelectRefusals, MoreThanEightDimsNeverWritePastTheArrays) {
+  const Shape s = Shape::of({1, 2, 3, 4, 5, 6, 7, 8, 9});
+  EXPECT_EQ(s.rank, -1);
+  auto d = ElementwiseDesc::make(ElementwiseOp::neg, DType::f32, {s});
+  EXPECT_FAILS_WITH(ElementwisePlan::select(Target::offline(), d), Status::InvalidProblem, "neg", "rank -1");
+  const Layout l = Layout::contiguous({1, 2, 3, 4, 5, 6, 7, 8, 9});
+  EXPECT_EQ(l.rank, -1);
+}
+
 }  // namespace
 }  // namespace baracuda

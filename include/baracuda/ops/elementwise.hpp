@@ -77,7 +77,7 @@ struct Shape {
   int rank = 0;
   std::array<int64_t, kMaxRank> dims{};
   static Shape of(const Layout& l);
-  static Shape of(std::initializer_list<int64_t> dims);
+  static Shape of(std::initializer_list<int64_t> dims);  ///< > 8 dims gives rank -1 (refused)
   int64_t numel() const;
   bool operator==(const Shape& o) const;
   std::string str() const;

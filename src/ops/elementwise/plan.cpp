@@ -128,6 +128,10 @@ Shape Shape::of(const Layout& l) {
 }
 Shape Shape::of(std::initializer_list<int64_t> d) {
   Shape s;
+  if (d.size() > static_cast<size_t>(kMaxRank)) {
+    s.rank = -1;  // more dims than we store: an invalid shape that select() refuses
+    return s;
+  }
   s.rank = static_cast<int>(d.size());
   std::copy(d.begin(), d.end(), s.dims.begin());
   return s;
@@ -148,11 +152,15 @@ std::string Shape::str() const {
 
 Result<Shape> broadcast_shapes(std::string_view op, std::span<const Shape> shapes) {
   Shape out;
-  for (const auto& s : shapes) out.rank = std::max(out.rank, s.rank);
+  for (size_t k = 0; k < shapes.size(); ++k) {  // before anything indexes dims[]
+    if (shapes[k].rank > kMaxRank || shapes[k].rank < 0)
+      return invalid(std::string(op) + ": input " + std::to_string(k) + " has rank " +
+                     std::to_string(shapes[k].rank) + " (expected 0..8; rank > 8 is not supported)");
+    out.rank = std::max(out.rank, shapes[k].rank);
+  }
   for (int d = 0; d < out.rank; ++d) out.dims[d] = 1;
   for (size_t k = 0; k < shapes.size(); ++k) {
     const Shape& s = shapes[k];
-    if (s.rank > kMaxRank) return invalid(std::string(op) + ": input " + std::to_string(k) + " has rank > 8");
     for (int i = 0; i < s.rank; ++i) {
       const int d = out.rank - s.rank + i;
       const int64_t v = s.dims[i];
@@ -344,7 +352,8 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
       return invalid(label + ": out_shape expected " + b->str() + " (the broadcast of the inputs), got " +
                      desc.out_shape.str());
   } else {
-    if (desc.out_shape.rank > kMaxRank) return invalid(label + ": output rank > 8");
+    if (desc.out_shape.rank > kMaxRank || desc.out_shape.rank < 0)
+      return invalid(label + ": output rank " + std::to_string(desc.out_shape.rank) + " is outside 0..8 (rank > 8)");
     for (int i = 0; i < desc.out_shape.rank; ++i)
       if (desc.out_shape.dims[i] < 0) return invalid(label + ": negative size in out_shape " + desc.out_shape.str());
   }
