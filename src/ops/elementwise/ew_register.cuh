@@ -123,42 +123,14 @@ void ew_register_op(std::vector<EwEntry>& v) {
 
 template <EwGroup G, Direction DIR, int PART, int NPARTS>
 void ew_register_group(std::vector<EwEntry>& v) {
-#define FP dtypes::kFloat
-#define INT dtypes::kInt
-#define NUM dtypes::kNumeric
-#define B dtypes::kBool
-#define C dtypes::kComplex
-#define F8 dtypes::kFp8
-#define ALL dtypes::kAll
-#define SAME OutRule::Same
-#define BOOL OutRule::Bool
-#define CAST OutRule::Cast
-#define NO BackwardNeeds::None
-#define DY BackwardNeeds::GradOnly
-#define IN BackwardNeeds::Inputs
-#define OUT BackwardNeeds::Output
-#define INOUT BackwardNeeds::InputsAndOutput
+#include "ops/elementwise/ew_def_begin.inc"
 #define BARACUDA_EW(name, group, nin, boolin, params, fw, out, bw, bwd, gmask, tol)                     \
   if constexpr (EwGroup::group == G)                                                                    \
     ew_register_op<kern::ew_ops::op_##name, ElementwiseOp::name, nin, boolin, out, bw, gmask, DTypeSet(fw),  \
                    DTypeSet(bwd), DIR, PART, NPARTS>(v);
 #include "baracuda/ops/elementwise_ops.def"
 #undef BARACUDA_EW
-#undef FP
-#undef INT
-#undef NUM
-#undef B
-#undef C
-#undef F8
-#undef ALL
-#undef SAME
-#undef BOOL
-#undef CAST
-#undef NO
-#undef DY
-#undef IN
-#undef OUT
-#undef INOUT
+#include "ops/elementwise/ew_def_end.inc"
 }
 
 }  // namespace baracuda::detail

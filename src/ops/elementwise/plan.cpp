@@ -15,42 +15,14 @@ namespace baracuda {
 
 // ---- the table -------------------------------------------------------------------------------
 namespace {
-#define FP dtypes::kFloat
-#define INT dtypes::kInt
-#define NUM dtypes::kNumeric
-#define B dtypes::kBool
-#define C dtypes::kComplex
-#define F8 dtypes::kFp8
-#define ALL dtypes::kAll
-#define SAME OutRule::Same
-#define BOOL OutRule::Bool
-#define CAST OutRule::Cast
-#define NO BackwardNeeds::None
-#define DY BackwardNeeds::GradOnly
-#define IN BackwardNeeds::Inputs
-#define OUT BackwardNeeds::Output
-#define INOUT BackwardNeeds::InputsAndOutput
+#include "ops/elementwise/ew_def_begin.inc"
 const ElementwiseOpInfo kOps[] = {
 #define BARACUDA_EW(name, group, nin, boolin, params, fw, out, bw, bwd, gmask, tol) \
   {ElementwiseOp::name, #name, #group, nin, boolin, params, DTypeSet(fw), out, bw, DTypeSet(bwd), gmask, tol},
 #include "baracuda/ops/elementwise_ops.def"
 #undef BARACUDA_EW
 };
-#undef FP
-#undef INT
-#undef NUM
-#undef B
-#undef C
-#undef F8
-#undef ALL
-#undef SAME
-#undef BOOL
-#undef CAST
-#undef NO
-#undef DY
-#undef IN
-#undef OUT
-#undef INOUT
+#include "ops/elementwise/ew_def_end.inc"
 
 /// The i-th "name=default" item of a params spec.
 std::string_view param_item(const char* spec, int i) {
