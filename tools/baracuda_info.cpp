@@ -5,13 +5,14 @@
 //   baracuda-info ops                coverage table: one line per op and direction
 //   baracuda-info coverage [--json]  the table, or one JSON row per op x direction x dtype
 //
-// The coverage is what ElementwisePlan::select(Target::offline()) accepts, so it needs no GPU.
+// The coverage is what every family's select(Target::offline()) accepts, so it needs no GPU.
 // cuBLASLt and cuDNN are looked up with dlopen: baracuda-info links neither library.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 #include <optional>
@@ -19,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "baracuda/ops/elementwise.hpp"
+#include "baracuda/core/coverage.hpp"
 
 namespace {
 
@@ -93,105 +94,61 @@ constexpr const char* kShortName[] = {
 #undef BARACUDA_X
 };
 
-struct Row {
-  std::string family, op, backend;
-  Direction dir;
-  DType dtype;
-  std::optional<DType> out;  // cast only
-};
-
-/// A descriptor select() accepts whenever the dtype is declared (inputs [4, 5], generators [1, 1]).
-ElementwiseDesc probe(ElementwiseOp op, DType dt, Direction dir) {
-  const auto& in = info(op);
-  const Shape s = in.nin == 0 ? Shape::of({1, 1}) : Shape::of({4, 5});
-  switch (in.nin) {
-    case 0:
-    case 1:
-      return ElementwiseDesc::make(op, dt, {s}, dir);
-    case 2:
-      return ElementwiseDesc::make(op, dt, {s, s}, dir);
-    default:
-      return ElementwiseDesc::make(op, dt, {s, s, s}, dir);
-  }
+/// Short dtype names for the table ("bf16" rather than "bfloat16").
+std::string short_name(std::string_view full) {
+  auto t = dtype_from_name(full);
+  return t ? kShortName[static_cast<int>(*t)] : std::string(full);
 }
 
-std::vector<Row> coverage() {
-  std::vector<Row> rows;
-  const Target target = Target::offline();
-  for (const auto& in : elementwise_ops()) {
-    for (Direction dir : {Direction::Forward, Direction::Backward}) {
-      for (int i = 0; i < kNumDTypes; ++i) {
-        const DType t = static_cast<DType>(i);
-        if (in.out == OutRule::Cast && dir == Direction::Forward) {
-          for (int j = 0; j < kNumDTypes; ++j) {
-            auto d = probe(in.op, t, dir);
-            d.out_dtype = static_cast<DType>(j);
-            auto plan = ElementwisePlan::select(target, d);
-            if (plan)
-              rows.push_back({plan->sku().category, in.name, to_string(plan->sku().backend), dir, t, d.out_dtype});
-          }
-          continue;
-        }
-        auto plan = ElementwisePlan::select(target, probe(in.op, t, dir));
-        if (plan) rows.push_back({plan->sku().category, in.name, to_string(plan->sku().backend), dir, t, std::nullopt});
-      }
-    }
-  }
-  return rows;
-}
-
-std::string dtype_field(const Row& r) {
-  std::string s(name(r.dtype));
-  if (r.out) s += "->" + std::string(name(*r.out));
-  return s;
-}
-
-void print_json(const std::vector<Row>& rows) {
+void print_json(const std::vector<CoverageRow>& rows) {
   // Every field is an identifier-like string (op and dtype names): no escaping needed.
   std::printf("[\n");
   for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
+    const CoverageRow& r = rows[i];
     std::printf(
         "  {\"family\": \"%s\", \"op\": \"%s\", \"direction\": \"%s\", \"dtype\": \"%s\", \"backend\": \"%s\"}%s\n",
-        r.family.c_str(), r.op.c_str(), to_string(r.dir), dtype_field(r).c_str(), r.backend.c_str(),
+        r.family.c_str(), r.op.c_str(), to_string(r.direction), r.dtype.c_str(), to_string(r.backend),
         i + 1 < rows.size() ? "," : "");
   }
   std::printf("]\n");
 }
 
-std::string short_list(DTypeSet s) {
-  std::string out;
-  for (int i = 0; i < kNumDTypes; ++i)
-    if (contains(s, static_cast<DType>(i))) out += (out.empty() ? "" : " ") + std::string(kShortName[i]);
-  return out.empty() ? "-" : out;
+/// Appends `item` to a space-separated list unless it is already there.
+void add_unique(std::string& list, const std::string& item) {
+  const std::string padded = " " + list + " ";
+  if (padded.find(" " + item + " ") == std::string::npos) list += (list.empty() ? "" : " ") + item;
 }
 
-void print_table(const std::vector<Row>& rows) {
+void print_table(const std::vector<CoverageRow>& rows) {
   size_t fw = 0, bw = 0, ops = 0;
   std::string last;
   for (const auto& r : rows) {
-    (r.dir == Direction::Forward ? fw : bw)++;
-    if (r.op != last) ++ops, last = r.op;
+    (r.direction == Direction::Forward ? fw : bw)++;
+    if (r.family + "." + r.op != last) ++ops, last = r.family + "." + r.op;
   }
   std::printf("coverage: %zu ops, %zu forward + %zu backward (op, dtype) plans accepted by select() for sm_90\n", ops,
               fw, bw);
   std::printf("%-12s %-20s %-4s %-8s %s\n", "family", "op", "dir", "backend", "dtypes");
-  // Group consecutive rows of one (op, direction).
+  // Group consecutive rows of one (family, op, direction); "a->b" rows list sources and targets.
   for (size_t i = 0; i < rows.size();) {
     size_t j = i;
-    DTypeSet src = 0, dst = 0;
-    while (j < rows.size() && rows[j].op == rows[i].op && rows[j].dir == rows[i].dir) {
-      src |= bit(rows[j].dtype);
-      if (rows[j].out) dst |= bit(*rows[j].out);
+    std::string src, dst;
+    while (j < rows.size() && rows[j].family == rows[i].family && rows[j].op == rows[i].op &&
+           rows[j].direction == rows[i].direction) {
+      const std::string& d = rows[j].dtype;
+      const auto arrow = d.find("->");
+      add_unique(src, short_name(d.substr(0, arrow)));
+      if (arrow != std::string::npos) add_unique(dst, short_name(d.substr(arrow + 2)));
       ++j;
     }
-    std::string dts = short_list(src);
-    if (dst) {
-      const bool full = static_cast<size_t>(__builtin_popcount(src) * __builtin_popcount(dst)) == j - i;
-      dts = "{" + dts + "} -> {" + short_list(dst) + "}" + (full ? " (every pair)" : " (some pairs)");
+    std::string dts = src.empty() ? "-" : src;
+    if (!dst.empty()) {
+      const auto count = [](const std::string& l) { return 1 + std::count(l.begin(), l.end(), ' '); };
+      const bool full = static_cast<size_t>(count(src) * count(dst)) == j - i;
+      dts = "{" + src + "} -> {" + dst + "}" + (full ? " (every pair)" : " (some pairs)");
     }
     std::printf("%-12s %-20s %-4s %-8s %s\n", rows[i].family.c_str(), rows[i].op.c_str(),
-                rows[i].dir == Direction::Forward ? "fw" : "bw", rows[i].backend.c_str(), dts.c_str());
+                rows[i].direction == Direction::Forward ? "fw" : "bw", to_string(rows[i].backend), dts.c_str());
     i = j;
   }
 }
@@ -215,7 +172,7 @@ int main(int argc, char** argv) {
   if (cmd.empty()) {
     print_device_and_versions();
     std::printf("\n");
-    print_table(coverage());
+    print_table(coverage(Target::offline()));
     return 0;
   }
   if (cmd == "device" && argc == 2) {
@@ -223,11 +180,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "ops" && argc == 2) {
-    print_table(coverage());
+    print_table(coverage(Target::offline()));
     return 0;
   }
   if (cmd == "coverage" && (argc == 2 || json) && argc <= 3) {
-    const auto rows = coverage();
+    const auto rows = coverage(Target::offline());
     if (json)
       print_json(rows);
     else

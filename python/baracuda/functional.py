@@ -602,5 +602,16 @@ for _alias, _target in {"true_divide": "div", "divide": "div", "multiply": "mul"
     globals()[_alias] = globals()[_target]
     __all__.append(_alias)
 
+# The other families (one module each, under their torch names; each module defines __all__).
+import importlib as _importlib
+
+_FAMILY_MODULES = ()
+_mod_name = _mod = _fname = None
+for _mod_name in _FAMILY_MODULES:
+    _mod = _importlib.import_module("." + _mod_name, __package__)
+    for _fname in _mod.__all__:
+        globals()[_fname] = getattr(_mod, _fname)
+        __all__.append(_fname)
+
 __all__ = sorted(set(__all__))
-del _name, _fn, _alias, _target
+del _name, _fn, _alias, _target, _mod_name, _mod, _fname

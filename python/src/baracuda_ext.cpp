@@ -13,90 +13,15 @@
 #include <string>
 #include <vector>
 
-#include "baracuda/core/dlpack.hpp"
+#include "baracuda/core/coverage.hpp"
 #include "baracuda/ops/elementwise.hpp"
+#include "ext_common.hpp"
 
 namespace nb = nanobind;
 using namespace baracuda;
+using namespace baracuda::py;
 
 namespace {
-
-[[noreturn]] void fail(const std::string& msg) { throw std::runtime_error(msg); }
-template <class T>
-T unwrap(Result<T> r) {
-  if (!r) fail(r.message());
-  return std::move(r.value());
-}
-void unwrap(const Result<void>& r) {
-  if (!r) fail(r.message());
-}
-
-const char* device_name(int type) {
-  switch (type) {
-    case 1: return "cpu";
-    case 2: return "cuda";
-    case 3: return "cuda_host";
-    case 13: return "cuda_managed";
-    default: return "non-CUDA";
-  }
-}
-
-/// One converted tensor; `keep` holds the DLPack export alive for the duration of the call.
-struct View {
-  nb::ndarray<nb::ro> keep_ro;
-  nb::ndarray<> keep_rw;
-  TensorMut t;
-  int device = -1;
-};
-
-View to_view(const std::string& op, nb::handle obj, const char* role, size_t idx, bool writable) {
-  View v;
-  nb::handle arr = obj;
-  std::string reinterpret;
-  if (nb::isinstance<nb::tuple>(obj)) {
-    auto tup = nb::borrow<nb::tuple>(obj);
-    if (tup.size() != 2 || !nb::isinstance<nb::str>(tup[1]))
-      throw nb::type_error((op + ": " + role + " " + std::to_string(idx) +
-                            " expected a tensor or a (tensor, dtype name) pair").c_str());
-    arr = tup[0];
-    reinterpret = nb::cast<std::string>(tup[1]);
-  }
-  const bool ok = writable ? nb::try_cast(arr, v.keep_rw, false) : nb::try_cast(arr, v.keep_ro, false);
-  if (!ok)
-    throw nb::type_error((op + ": " + role + " " + std::to_string(idx) + " is not a DLPack tensor (got " +
-                          std::string(nb::type_name(arr.type()).c_str()) + ")")
-                             .c_str());
-  const int dev_type = writable ? v.keep_rw.device_type() : v.keep_ro.device_type();
-  if (dev_type != 2 && dev_type != 3 && dev_type != 13)
-    fail(op + ": " + role + " " + std::to_string(idx) + " is on the " + device_name(dev_type) +
-         " device; baracuda runs on CUDA tensors only");
-  dlpack::Tensor t{};
-  auto fill = [&](const auto& a) {
-    t.data = const_cast<void*>(static_cast<const void*>(a.data()));  // byte_offset already applied
-    t.device = {a.device_type(), a.device_id()};
-    t.ndim = static_cast<int32_t>(a.ndim());
-    const auto d = a.dtype();
-    t.dtype = {d.code, d.bits, d.lanes};
-    t.shape = const_cast<int64_t*>(a.shape_ptr());
-    t.strides = const_cast<int64_t*>(a.stride_ptr());
-    t.byte_offset = 0;
-  };
-  if (writable) fill(v.keep_rw);
-  else fill(v.keep_ro);
-  v.device = t.device.device_id;
-  if (!reinterpret.empty()) {
-    auto dt = dtype_from_name(reinterpret);
-    if (!dt) fail(op + ": " + role + " " + std::to_string(idx) + ": unknown dtype name '" + reinterpret + "'");
-    if (t.dtype.bits != size_in_bits(*dt) || t.dtype.lanes != 1)
-      fail(op + ": " + role + " " + std::to_string(idx) + ": cannot reinterpret " + std::to_string(t.dtype.bits) +
-           "-bit elements as " + reinterpret);
-    t.dtype = dlpack::from_dtype(*dt);
-  }
-  auto m = dlpack::to_tensor(t);
-  if (!m) fail(op + ": " + role + " " + std::to_string(idx) + ": " + m.message());
-  v.t = *m;
-  return v;
-}
 
 struct Call {
   std::string name;
@@ -173,33 +98,6 @@ Call make_call(const std::string& name, bool backward, const std::vector<nb::obj
   return c;
 }
 
-/// Makes `dev` current for the scope (the library launches on the current device).
-struct DeviceGuard {
-  int prev = -1;
-  explicit DeviceGuard(int dev) {
-    if (dev < 0 || cudaGetDevice(&prev) != cudaSuccess) {
-      cudaGetLastError();
-      prev = -1;
-      return;
-    }
-    if (prev == dev || cudaSetDevice(dev) != cudaSuccess) prev = -1;
-  }
-  ~DeviceGuard() {
-    if (prev >= 0) cudaSetDevice(prev);
-  }
-};
-
-Target target_for(int device) {
-  thread_local std::optional<Target> cached;
-  if (!cached || (device >= 0 && cached->device != device)) {
-    DeviceGuard g(device);
-    auto t = Target::current();
-    if (!t) return Target::offline();
-    cached = *t;
-  }
-  return *cached;
-}
-
 ElementwisePlan select_plan(const Call& c) {
   return unwrap(ElementwisePlan::select(target_for(c.device), c.desc));
 }
@@ -273,42 +171,17 @@ nb::list ops() {
   return rows;
 }
 
-/// Every (op, direction, dtype) a plan can be selected for on sm_90, without a GPU.
-nb::list coverage() {
+/// Every (family, op, direction, dtype) a plan can be selected for on sm_90, without a GPU.
+nb::list coverage_rows() {
   nb::list rows;
-  const Target target = Target::offline(90);
-  auto add = [&](const ElementwiseOpInfo& r, Direction dir, const std::string& dt, const ElementwisePlan& p) {
+  for (const auto& r : coverage(Target::offline(90))) {
     nb::dict d;
-    d["family"] = "elementwise";
-    d["op"] = r.name;
-    d["direction"] = to_string(dir);
-    d["dtype"] = dt;
-    d["backend"] = to_string(p.sku().backend);
+    d["family"] = r.family;
+    d["op"] = r.op;
+    d["direction"] = to_string(r.direction);
+    d["dtype"] = r.dtype;
+    d["backend"] = to_string(r.backend);
     rows.append(d);
-  };
-  for (const auto& r : elementwise_ops()) {
-    for (Direction dir : {Direction::Forward, Direction::Backward}) {
-      if (dir == Direction::Backward && r.bw == BackwardNeeds::None) continue;
-      const DTypeSet set = dir == Direction::Forward ? r.fw_dtypes : r.bw_dtypes;
-      for (int i = 0; i < kNumDTypes; ++i) {
-        const DType dt = static_cast<DType>(i);
-        if (!contains(set, dt)) continue;
-        // Generators get a 1x1 output (eye needs 2-D, linspace's default steps=1 needs 1 element).
-        ElementwiseDesc d = r.nin == 0 ? ElementwiseDesc::make(r.op, dt, {Shape::of({1, 1})}, dir)
-                                       : ElementwiseDesc::make(r.op, dt, {Shape::of({1}), Shape::of({1}), Shape::of({1})}, dir);
-        if (r.out == OutRule::Cast && dir == Direction::Forward) {
-          for (int j = 0; j < kNumDTypes; ++j) {
-            d.out_dtype = static_cast<DType>(j);
-            if (!contains(dtypes::kAll, d.out_dtype)) continue;
-            auto p = ElementwisePlan::select(target, d);
-            if (p) add(r, dir, std::string(name(dt)) + "->" + std::string(name(d.out_dtype)), *p);
-          }
-          continue;
-        }
-        auto p = ElementwisePlan::select(target, d);
-        if (p) add(r, dir, std::string(name(dt)), *p);
-      }
-    }
   }
   return rows;
 }
@@ -340,7 +213,7 @@ NB_MODULE(_C, m) {
   m.attr("__version__") = BARACUDA_VERSION;
 #endif
   m.def("ops", &ops, "One dict per row of elementwise_ops.def.");
-  m.def("coverage", &coverage, "Rows {family, op, direction, dtype, backend} that select() accepts on sm_90.");
+  m.def("coverage", &coverage_rows, "Rows {family, op, direction, dtype, backend} that select() accepts on sm_90.");
   m.def("device_info", &device_info, "The current CUDA device: name, sm, num_sms, runtime and driver versions.");
   m.def(
       "elementwise",
@@ -381,4 +254,5 @@ NB_MODULE(_C, m) {
         return p.sku().to_string() + " layout=" + std::string(p.layout_for(c.args));
       },
       nb::arg("op"), nb::arg("backward"), nb::arg("inputs"), nb::arg("outputs"), nb::arg("params"));
+  bind_all(m);  // the other families (their binding files register themselves)
 }

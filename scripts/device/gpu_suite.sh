@@ -2,7 +2,8 @@
 # On a machine with an NVIDIA GPU: builds the library + Python module, then runs the phases asked
 # for (default: demo tests bench). Artefacts (logs, result tables) go to $OUT (default ./gpu-out).
 #   scripts/device/gpu_suite.sh [demo] [tests] [sanitizer] [bench] [quickbench]
-# Env: ARCHS (default 90a), PYTEST_ARGS (extra pytest args), BENCH_ARGS.
+# Env: ARCHS (default 90a), PYTEST_ARGS (extra pytest args, shell-quoted: PYTEST_ARGS="-k 'gelu and bf16'"),
+# BENCH_ARGS (same quoting).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -18,19 +19,21 @@ cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DBARACUDA_CUDA_ARCHS="${AR
 ninja -C $B -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" -A3 "$OUT/build.log" | head -80; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 export PYTHONPATH="$PWD/$B/python${PYTHONPATH:+:$PYTHONPATH}"
+eval "pytest_extra=(${PYTEST_ARGS:-})"
+eval "bench_extra=(${BENCH_ARGS:-})"
 rc=0
 for p in "${phases[@]}"; do
   case $p in
     demo) $B/tools/baracuda-demo 2>&1 | tee "$OUT/demo.txt" | tail -20 || rc=1 ;;
     tests)
-      python3 -m pytest tests/gpu -q -rs -p no:cacheprovider ${PYTEST_ARGS:-} >"$OUT/pytest.log" 2>&1 || rc=1
+      python3 -m pytest tests/gpu -q -rs -p no:cacheprovider "${pytest_extra[@]}" >"$OUT/pytest.log" 2>&1 || rc=1
       grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -60
       tail -3 "$OUT/pytest.log" ;;
     sanitizer)
       compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest tests/gpu -q -m sanitizer \
         -p no:cacheprovider >"$OUT/sanitizer.log" 2>&1 || rc=1
       grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.log" | tail -5 ;;
-    bench) python3 bench/bench_elementwise.py ${BENCH_ARGS:-} --out-dir "$OUT" 2>"$OUT/bench.err" | tail -40 || rc=1 ;;
+    bench) python3 bench/bench_elementwise.py "${bench_extra[@]}" --out-dir "$OUT" 2>"$OUT/bench.err" | tail -40 || rc=1 ;;
     quickbench) python3 bench/bench_elementwise.py --quick --no-write 2>&1 | tail -30 || rc=1 ;;
   esac
 done

@@ -65,6 +65,8 @@ const char* to_string(Status s) {
   return "?";
 }
 
+const char* to_string(Direction d) { return d == Direction::Forward ? "forward" : "backward"; }
+
 const char* to_string(Backend b) {
   switch (b) {
     case Backend::Any: return "any";

@@ -1,10 +1,15 @@
 // What ran, and what it promises numerically. Every plan reports both.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "baracuda/core/dtype.hpp"
 
 namespace baracuda {
+
+/// Propagation kind (oneDNN's term): every family's plans run forward or backward.
+enum class Direction : uint8_t { Forward, Backward };
+const char* to_string(Direction d);
 
 enum class Backend { Any, Native, CuBlasLt, CuDnn, CuFft, CuSolver, CuRand, CuSparse, Nccl, Cutlass };
 const char* to_string(Backend b);

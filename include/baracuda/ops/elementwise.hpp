@@ -70,9 +70,6 @@ std::span<const ElementwiseOpInfo> elementwise_ops();
 const ElementwiseOpInfo& info(ElementwiseOp op);
 std::optional<ElementwiseOp> elementwise_op_from_name(std::string_view name);
 
-enum class Direction : uint8_t { Forward, Backward };
-const char* to_string(Direction d);
-
 struct Shape {
   int rank = 0;
   std::array<int64_t, kMaxRank> dims{};

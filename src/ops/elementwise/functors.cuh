@@ -247,14 +247,41 @@ struct op_celu {
   FW1 { const M a = prm<M>(p, 0); return elu_fw(x, a, M(1), M(1) / a); }
   BW1(x) { const M a = prm<M>(p, 0); g[0] = elu_bw(dy, x, a, M(1), M(1) / a); }
 };
-template <class M> __device__ __forceinline__ M gelu_fw(M x, bool tanh_approx) {
-  if (tanh_approx) {
-    constexpr M kBeta = M(0.797884560802865355879892119869);  // sqrt(2/pi)
-    return M(0.5) * x * (M(1) + tanh(kBeta * (x + M(0.044715) * x * x * x)));
-  }
-  return M(0.5) * x * (M(1) + erf(x * M(0.707106781186547524400844362105)));
+/// For 16-bit storage the result keeps 8 (bf16) or 11 (f16) bits, so gelu uses short forms that
+/// are exact to ~1e-6 relative instead of erff/tanhf (which made bf16 gelu compute-bound):
+/// Phi(x) from Abramowitz-Stegun 7.1.26 (|error| <= 1.5e-7, branch-free) and the tanh form as
+/// x * sigmoid(2u), which is also exact in the far negative tail where 1 + tanh(u) cancels.
+template <class M, class T>
+inline constexpr bool kGeluShort = cuda::std::is_same_v<M, float> && sizeof(T) == 2;
+__device__ __forceinline__ float normal_cdf_short(float x) {
+  const float z = fabsf(x) * 0.70710678118654752f;
+  const float t = __frcp_rn(fmaf(0.3275911f, z, 1.0f));
+  const float poly =
+      t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+  const float half_erfc = 0.5f * poly * __expf(-z * z);  // NaN in, NaN out
+  return x >= 0.0f ? 1.0f - half_erfc : half_erfc;
 }
-template <class M> __device__ __forceinline__ M gelu_grad(M x, bool tanh_approx) {
+__device__ __forceinline__ float sigmoid_2u_short(float x) {  // sigmoid(2u), u = gelu's tanh argument
+  const float u = 0.7978845608028654f * fmaf(0.044715f * x, x * x, x);
+  return __frcp_rn(1.0f + __expf(-2.0f * u));
+}
+template <class M, class T> __device__ __forceinline__ M gelu_fw(M x, bool tanh_approx) {
+  if constexpr (kGeluShort<M, T>) {
+    return x * (tanh_approx ? sigmoid_2u_short(x) : normal_cdf_short(x));
+  } else {
+    constexpr M kBeta = M(0.797884560802865355879892119869);  // sqrt(2/pi)
+    if (tanh_approx) return M(0.5) * x * (M(1) + tanh(kBeta * (x + M(0.044715) * x * x * x)));
+    return M(0.5) * x * (M(1) + erf(x * M(0.707106781186547524400844362105)));
+  }
+}
+template <class M, class T> __device__ __forceinline__ M gelu_grad(M x, bool tanh_approx) {
+  if constexpr (kGeluShort<M, T>) {
+    if (tanh_approx) {  // 0.5(1+t) = s and 1-t^2 = 4s(1-s) with s = sigmoid(2u)
+      const float s = sigmoid_2u_short(x);
+      return s + 2.0f * x * s * (1.0f - s) * 0.7978845608028654f * fmaf(3.0f * 0.044715f, x * x, 1.0f);
+    }
+    return normal_cdf_short(x) + x * __expf(-0.5f * x * x) * 0.3989422804014327f;
+  } else {
   if (tanh_approx) {
     constexpr M kBeta = M(0.797884560802865355879892119869);
     constexpr M kKappa = M(0.044715);
@@ -268,10 +295,11 @@ template <class M> __device__ __forceinline__ M gelu_grad(M x, bool tanh_approx)
   const M cdf = M(0.5) * (M(1) + erf(x * M(0.707106781186547524400844362105)));
   const M pdf = exp(M(-0.5) * x * x) * M(0.398942280401432677939946059934);
   return cdf + x * pdf;
+  }
 }
 struct op_gelu {
-  FW1 { return gelu_fw(x, p.d[0] != 0); }
-  BW1(x) { g[0] = dy * gelu_grad(x, p.d[0] != 0); }
+  FW1 { return gelu_fw<M, T>(x, p.d[0] != 0); }
+  BW1(x) { g[0] = dy * gelu_grad<M, T>(x, p.d[0] != 0); }
 };
 struct op_silu {
   FW1 { return x / (M(1) + exp(-x)); }
@@ -341,8 +369,8 @@ struct op_reglu {
   BW2 { g[0] = a > M(0) ? dy * b : M(0); g[1] = dy * (a <= M(0) ? M(0) : a); }
 };
 struct op_geglu {
-  FW2 { return gelu_fw(a, p.d[0] != 0) * b; }
-  BW2 { g[0] = dy * b * gelu_grad(a, p.d[0] != 0); g[1] = dy * gelu_fw(a, p.d[0] != 0); }
+  FW2 { return gelu_fw<M, T>(a, p.d[0] != 0) * b; }
+  BW2 { g[0] = dy * b * gelu_grad<M, T>(a, p.d[0] != 0); g[1] = dy * gelu_fw<M, T>(a, p.d[0] != 0); }
 };
 struct op_swiglu {
   FW2 { return a / (M(1) + exp(-a)) * b; }

@@ -61,7 +61,6 @@ std::optional<ElementwiseOp> elementwise_op_from_name(std::string_view n) {
     if (n == r.name) return r.op;
   return std::nullopt;
 }
-const char* to_string(Direction d) { return d == Direction::Forward ? "forward" : "backward"; }
 
 int ElementwiseOpInfo::num_params() const {
   if (!params || !*params) return 0;
@@ -350,7 +349,15 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
   p.sku_.precision.deterministic = true;
   p.sku_.precision.bit_stable = true;
   if (desc.op == ElementwiseOp::gelu || desc.op == ElementwiseOp::geglu)
-    p.sku_.precision.note = desc.params[0] != 0 ? "tanh approximation" : "exact erf";
+  {
+    const bool short_form = desc.dtype == DType::f16 || desc.dtype == DType::bf16;  // functors.cuh kGeluShort
+    if (desc.params[0] != 0)
+      p.sku_.precision.note = short_form ? "tanh approximation, as x*sigmoid(2u) with __expf (~1e-6 rel. in f32)"
+                                         : "tanh approximation";
+    else
+      p.sku_.precision.note = short_form ? "erf gelu, Phi by Abramowitz-Stegun 7.1.26 (|err| <= 1.5e-7 before rounding)"
+                                         : "exact erf";
+  }
   if (desc.op == ElementwiseOp::cast)
     p.sku_.precision.note = desc.params[0] != 0 ? "saturating to the finite range" : "torch overflow rules";
   if (bw) {
