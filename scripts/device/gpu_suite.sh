@@ -3,7 +3,7 @@
 # for (default: demo tests bench). Artefacts (logs, result tables) go to $OUT (default ./gpu-out).
 #   scripts/device/gpu_suite.sh [demo] [tests] [sanitizer] [bench] [quickbench]
 # Env: ARCHS (default 90a), PYTEST_ARGS (extra pytest args, shell-quoted: PYTEST_ARGS="-k 'gelu and bf16'"),
-# BENCH_ARGS (same quoting).
+# BENCH_ARGS (same quoting, elementwise runner only), BENCH_FAMILIES (default "elementwise gemm norm").
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -33,7 +33,12 @@ for p in "${phases[@]}"; do
       compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest tests/gpu -q -m sanitizer \
         -p no:cacheprovider >"$OUT/sanitizer.log" 2>&1 || rc=1
       grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.log" | tail -5 ;;
-    bench) python3 bench/bench_elementwise.py "${bench_extra[@]}" --out-dir "$OUT" 2>"$OUT/bench.err" | tail -40 || rc=1 ;;
+    bench)  # every family's runner (BENCH_FAMILIES, default all); BENCH_ARGS go to the elementwise one
+      for fam in ${BENCH_FAMILIES:-elementwise gemm norm}; do
+        [ -f bench/bench_$fam.py ] || continue
+        extra=(); [ "$fam" = elementwise ] && extra=("${bench_extra[@]}")
+        python3 bench/bench_$fam.py "${extra[@]}" --out-dir "$OUT" 2>"$OUT/bench-$fam.err" | tail -40 || rc=1
+      done ;;
     quickbench) python3 bench/bench_elementwise.py --quick --no-write 2>&1 | tail -30 || rc=1 ;;
   esac
 done

@@ -226,3 +226,26 @@ def test_sanitizer_cast_and_generators():
     ew.assert_matches(F.eye(5, 3, dtype=torch.float16), [torch.eye(5, 3, dtype=torch.float16, device=ew.DEVICE)],
                       torch.float16, 1, True, "sanitizer-eye")
     assert math.isfinite(float(F.full([3], 2.5, dtype=torch.float32).sum()))
+
+
+# ---- torch's rounding and boundary conventions, pinned where random draws rarely reach them ------
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tanh_backward_rounds_like_aten(dtype):
+    """ATen's tanh_backward rounds each step in f16/bf16; with |y| near 1, 1 - y^2 depends on it."""
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    y = (torch.rand(1 << 16, device="cuda", generator=gen) * 2 - 1).to(dtype)
+    y[:4096] = (0.95 + 0.05 * torch.rand(4096, device="cuda", generator=gen)).to(dtype)  # |y| near 1
+    dy = torch.randn(1 << 16, device="cuda", generator=gen).to(dtype)
+    expected = torch.ops.aten.tanh_backward(dy, y)
+    got = F.tanh_backward(dy, y)
+    assert torch.equal(got, expected), f"{(got != expected).sum().item()} elements differ from aten"
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hardswish_backward_at_the_kinks(dtype):
+    x = torch.tensor([-3.5, -3.0, -2.5, 0.0, 2.5, 3.0, 3.5], device="cuda", dtype=dtype)
+    dy = torch.full_like(x, 0.75)
+    torch.testing.assert_close(F.hardswish_backward(dy, x), torch.ops.aten.hardswish_backward(dy, x),
+                               rtol=0, atol=0)

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <ostream>
+#include <set>
 #include <string>
 
+#include "baracuda/core/coverage.hpp"
 #include "baracuda/ops/elementwise.hpp"
 #include "test_util.hpp"
 
@@ -172,5 +174,35 @@ TEST(OpTable, Directions) {
   EXPECT_STREQ(to_string(Direction::Backward), "backward");
 }
 
+}  // namespace
+}  // namespace baracuda
+
+// The library-wide list (baracuda-info and Python read it): the elementwise family contributes one
+// row per declared (op, direction, dtype), cast one per (src, dst) pair.
+namespace baracuda {
+namespace {
+TEST(CoverageRegistry, ElementwiseRowsMatchTheTable) {
+  const auto rows = coverage(Target::offline());
+  size_t expected = 0;
+  for (const auto& r : elementwise_ops()) {
+    const int fw = __builtin_popcount(r.fw_dtypes & ~(bit(DType::s4) | bit(DType::u4)));
+    expected += r.out == OutRule::Cast ? static_cast<size_t>(fw) * static_cast<size_t>(fw) : static_cast<size_t>(fw);
+    if (r.bw != BackwardNeeds::None) expected += static_cast<size_t>(__builtin_popcount(r.bw_dtypes));
+  }
+  size_t got = 0;
+  for (const auto& row : rows) {
+    if (row.family != "elementwise") continue;
+    ++got;
+    EXPECT_FALSE(row.op.empty());
+    EXPECT_FALSE(row.dtype.empty());
+  }
+  EXPECT_EQ(got, expected);
+}
+
+TEST(CoverageRegistry, EveryFamilyRegistersRows) {
+  std::set<std::string> families;
+  for (const auto& row : coverage(Target::offline())) families.insert(row.family);
+  EXPECT_TRUE(families.count("elementwise"));
+}
 }  // namespace
 }  // namespace baracuda

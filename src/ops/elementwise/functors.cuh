@@ -92,7 +92,12 @@ struct op_acos { FW1 { return acos(x); } BW1(x) { g[0] = -dy / sqrt(M(1) - x * x
 struct op_atan { FW1 { return atan(x); } BW1(x) { g[0] = dy / (M(1) + x * x); } };
 struct op_sinh { FW1 { return sinh(x); } BW1(x) { g[0] = dy * cosh(x); } };
 struct op_cosh { FW1 { return cosh(x); } BW1(x) { g[0] = dy * sinh(x); } };
-struct op_tanh { FW1 { return tanh(x); } BW1(y) { g[0] = dy * (M(1) - y * y); } };
+struct op_tanh {
+  FW1 { return tanh(x); }
+  // ATen's tanh_backward does its arithmetic in scalar_t (each step rounded for f16/bf16); near
+  // |y| = 1 that rounding changes 1 - y^2 by percents, so we reproduce it (measured: bit-equal).
+  BW1(y) { g[0] = dy * rnd<T>(M(1) - rnd<T>(y * y)); }
+};
 struct op_asinh { FW1 { return asinh(x); } BW1(x) { g[0] = dy * rsqrt(x * x + M(1)); } };
 struct op_acosh { FW1 { return acosh(x); } BW1(x) { g[0] = dy * rsqrt(x - M(1)) * rsqrt(x + M(1)); } };
 struct op_atanh { FW1 { return atanh(x); } BW1(x) { g[0] = dy / (M(1) - x * x); } };
@@ -320,7 +325,8 @@ struct op_hardsigmoid {
 };
 struct op_hardswish {
   FW1 { const M z = x + M(3); return x * (z < M(0) ? M(0) : (z > M(6) ? M(6) : z)) / M(6); }
-  BW1(x) { g[0] = x < M(-3) ? M(0) : (x <= M(3) ? dy * (x / M(3) + M(0.5)) : dy); }
+  // torch 2.11 (measured): 0 at x = -3, dy at x = 3.
+  BW1(x) { g[0] = x <= M(-3) ? M(0) : (x < M(3) ? dy * (x / M(3) + M(0.5)) : dy); }
 };
 struct op_hardshrink {
   FW1 { const M l = prm<M>(p, 0); return (x >= -l && x <= l) ? M(0) : x; }
