@@ -1,0 +1,408 @@
+"""GEMM family vs torch on a CUDA GPU (include/baracuda/ops/gemm.hpp, python/baracuda/gemm.py).
+
+Dtypes, transposes, leading dimensions, strided and broadcast batches, 1-D operands, alpha/beta,
+every epilogue (bias, relu, gelu erf/tanh, silu), K = 0 and empty problems, the small-M decode
+kernel, fp8/int8, TF32 by preference, CUDA-graph capture, and backward vs torch.autograd.
+References are torch in float64 (complex128 for complex); tolerances grow with sqrt(K).
+Skips without torch, a CUDA device or an importable baracuda.
+"""
+import math
+
+import pytest
+
+
+def _probe():
+    try:
+        import torch
+    except Exception as e:
+        return f"import torch failed: {type(e).__name__}: {e}"
+    if not torch.cuda.is_available():
+        return "torch.cuda.is_available() is False"
+    try:
+        import baracuda.functional  # noqa: F401
+        from baracuda import gemm  # noqa: F401
+    except Exception as e:
+        return f"import baracuda failed: {type(e).__name__}: {e}"
+    return None
+
+
+_REASON = _probe()
+if _REASON:
+    pytest.skip(f"GPU tests need a CUDA GPU and torch: skipped ({_REASON})", allow_module_level=True)
+
+import torch  # noqa: E402
+import torch.nn.functional as tF  # noqa: E402
+
+import baracuda.functional as F  # noqa: E402
+from baracuda import gemm as G  # noqa: E402
+
+DEV = "cuda"
+FLOAT = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+ALL = FLOAT + [torch.complex64, torch.complex128]
+# (rtol, atol per sqrt(K)) against a float64 reference; f16/bf16 are bounded by the output rounding.
+TOL = {torch.float64: (1e-10, 1e-12), torch.float32: (2e-5, 1e-5), torch.float16: (2e-3, 1e-3),
+       torch.bfloat16: (1.6e-2, 8e-3), torch.complex64: (2e-5, 1e-5), torch.complex128: (1e-10, 1e-12)}
+REF = {torch.complex64: torch.complex128, torch.complex128: torch.complex128}
+
+
+@pytest.fixture(autouse=True)
+def _ieee_f32():
+    """torch's default: no TF32 for matmul (baracuda follows the same flag)."""
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def rand(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    shape = tuple(shape)  # () gives a 0-dim tensor
+    if dtype.is_complex:
+        re = torch.rand(shape, generator=g, device=DEV, dtype=torch.float64) * 2 - 1
+        im = torch.rand(shape, generator=g, device=DEV, dtype=torch.float64) * 2 - 1
+        return torch.complex(re, im).to(dtype)
+    return (torch.rand(shape, generator=g, device=DEV, dtype=torch.float64) * 2 - 1).to(dtype)
+
+
+def up(t):
+    return t.to(REF.get(t.dtype, torch.float64))
+
+
+def check(out, ref, dtype, k, what=""):
+    rtol, atol = TOL[dtype]
+    atol = atol * math.sqrt(max(k, 1))
+    assert out.dtype == dtype, what
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} vs {tuple(ref.shape)}"
+    if ref.numel() >= 16 and k > 0:
+        assert (ref.abs() > 1e-6).float().mean() > 0.3, f"{what}: degenerate reference (mostly zeros)"
+    torch.testing.assert_close(up(out), ref.to(up(out).dtype), rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")
+
+
+def operand(rows, cols, dtype, trans, seed, pad=0):
+    """A [rows, cols] view: row-major, or (trans) the transpose of a [cols, rows] tensor; pad > 0
+    adds that many unused elements to the leading dimension."""
+    if trans:
+        base = rand(cols, rows + pad, dtype=dtype, seed=seed)
+        return base[:, :rows].t()
+    base = rand(rows, cols + pad, dtype=dtype, seed=seed)
+    return base[:, :cols]
+
+
+SHAPES = [(1, 1, 1), (7, 5, 13), (33, 65, 129), (128, 96, 64), (129, 257, 4097)]
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+@pytest.mark.parametrize("mnk", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)], ids=["NN", "TN", "NT", "TT"])
+def test_mm(dtype, mnk, ta, tb):
+    m, n, k = mnk
+    a = operand(m, k, dtype, ta, 1)
+    b = operand(k, n, dtype, tb, 2)
+    check(F.mm(a, b), up(a) @ up(b), dtype, k, f"mm {mnk} {ta}{tb}")
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("pad", [1, 8])
+def test_leading_dimensions(dtype, pad):
+    a = operand(37, 40, dtype, False, 3, pad=pad)
+    b = operand(40, 29, dtype, True, 4, pad=pad)
+    check(F.mm(a, b), up(a) @ up(b), dtype, 40, "padded ld")
+
+
+@pytest.mark.parametrize("dtype", FLOAT + [torch.complex64], ids=str)
+def test_bmm_and_strided_batches(dtype):
+    a = rand(5, 17, 24, dtype=dtype, seed=5)
+    b = rand(5, 24, 9, dtype=dtype, seed=6)
+    check(F.bmm(a, b), up(a) @ up(b), dtype, 24, "bmm")
+    bt = rand(5, 9, 24, dtype=dtype, seed=7).transpose(1, 2)  # transposed batch members
+    check(F.bmm(a, bt), up(a) @ up(bt), dtype, 24, "bmm transposed")
+    big = rand(5, 17, 40, dtype=dtype, seed=8)[:, :, 3:27]  # strided batch with padded ld
+    check(F.bmm(big, b), up(big) @ up(b), dtype, 24, "bmm strided")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("sa,sb", [((2, 1, 7, 8), (3, 8, 5)), ((4, 7, 8), (8, 5)), ((8,), (2, 8, 3)), ((2, 3, 7, 8), (8,)),
+                                   ((8,), (8,)), ((7, 8), (8,)), ((8,), (8, 5)), ((1, 7, 8), (6, 8, 5))])
+def test_matmul_broadcast_and_1d(dtype, sa, sb):
+    a, b = rand(*sa, dtype=dtype, seed=9), rand(*sb, dtype=dtype, seed=10)
+    check(F.matmul(a, b), torch.matmul(up(a), up(b)), dtype, sa[-1], f"matmul {sa} {sb}")
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+def test_addmm_baddbmm_alpha_beta(dtype):
+    a, b = rand(19, 23, dtype=dtype, seed=11), rand(23, 31, dtype=dtype, seed=12)
+    c = rand(19, 31, dtype=dtype, seed=13)
+    ref = 0.5 * up(c) + 2.0 * (up(a) @ up(b))
+    check(F.addmm(c, a, b, beta=0.5, alpha=2.0), ref, dtype, 23, "addmm")
+    bias = rand(31, dtype=dtype, seed=14)
+    check(F.addmm(bias, a, b), up(bias) + up(a) @ up(b), dtype, 23, "addmm bias")
+    check(F.addmm(bias, a, b, beta=0.0), up(a) @ up(b), dtype, 23, "addmm beta=0")
+    ct = rand(31, 19, dtype=dtype, seed=15).t()  # column-major C is materialised
+    check(F.addmm(ct, a, b, beta=-1.0), -up(ct) + up(a) @ up(b), dtype, 23, "addmm C^T")
+    x, y = rand(3, 19, 23, dtype=dtype, seed=16), rand(3, 23, 31, dtype=dtype, seed=17)
+    check(F.baddbmm(c, x, y, beta=0.25, alpha=3.0), 0.25 * up(c) + 3.0 * (up(x) @ up(y)), dtype, 23, "baddbmm")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64], ids=str)
+def test_vector_products(dtype):
+    x, y = rand(37, dtype=dtype, seed=18), rand(37, dtype=dtype, seed=19)
+    mat = rand(11, 37, dtype=dtype, seed=20)
+    check(F.dot(x, y), torch.dot(up(x), up(y)), dtype, 37, "dot")
+    check(F.vdot(x, y), torch.vdot(up(x), up(y)), dtype, 37, "vdot")
+    check(F.outer(x, y), torch.outer(up(x), up(y)), dtype, 1, "outer")
+    check(F.mv(mat, x), up(mat) @ up(x), dtype, 37, "mv")
+    v = rand(11, dtype=dtype, seed=21)
+    check(F.addmv(v, mat, x, beta=2.0, alpha=0.5), 2.0 * up(v) + 0.5 * (up(mat) @ up(x)), dtype, 37, "addmv")
+
+
+REF_ACT = {"none": lambda z: z, "relu": torch.relu, "gelu": tF.gelu, "gelu_tanh": lambda z: tF.gelu(z, approximate="tanh"),
+           "silu": tF.silu}
+
+
+@pytest.mark.parametrize("dtype", FLOAT, ids=str)
+@pytest.mark.parametrize("act", list(REF_ACT))
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_epilogues(dtype, act, with_bias):
+    m, n, k = 67, 72, 48  # n % 8 == 0: the aux-capable fused path where cuBLASLt offers it
+    a, w = rand(m, k, dtype=dtype, seed=22), rand(n, k, dtype=dtype, seed=23)
+    bias = rand(n, dtype=dtype, seed=24) if with_bias else None
+    out = F.linear(a, w, bias, activation=act)
+    z = up(a) @ up(w).t() + (up(bias) if with_bias else 0)
+    check(out, REF_ACT[act](z), dtype, k, f"linear {act} bias={with_bias}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+@pytest.mark.parametrize("act", list(REF_ACT))
+def test_linear_backward(dtype, act):
+    x = rand(4, 9, 40, dtype=dtype, seed=25).requires_grad_()
+    w = rand(24, 40, dtype=dtype, seed=26).requires_grad_()
+    b = rand(24, dtype=dtype, seed=27).requires_grad_()
+    go = rand(4, 9, 24, dtype=dtype, seed=28)
+    F.linear(x, w, b, activation=act).backward(go)
+    xr, wr, br = (t.detach().to(torch.float64).requires_grad_() for t in (x, w, b))
+    REF_ACT[act](tF.linear(xr, wr, br)).backward(go.to(torch.float64))
+    check(x.grad, xr.grad, dtype, 24, "dX")
+    check(w.grad, wr.grad, dtype, 36, "dW")
+    check(b.grad, br.grad, dtype, 36, "db")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("sa,sb", [((5, 7), (7, 3)), ((2, 5, 7), (7, 3)), ((2, 1, 5, 7), (3, 7, 4)), ((7,), (7, 3))])
+def test_matmul_backward(dtype, sa, sb):
+    a = rand(*sa, dtype=dtype, seed=29).requires_grad_()
+    b = rand(*sb, dtype=dtype, seed=30).requires_grad_()
+    out = F.matmul(a, b)
+    go = rand(*out.shape, dtype=dtype, seed=31)
+    out.backward(go)
+    ar, br = (t.detach().to(torch.float64).requires_grad_() for t in (a, b))
+    torch.matmul(ar, br).backward(go.to(torch.float64))
+    check(a.grad, ar.grad, dtype, 16, "dA")
+    check(b.grad, br.grad, dtype, 16, "dB")
+
+
+def test_addmm_backward():
+    c = rand(6, 5, seed=32).requires_grad_()
+    a, b = rand(6, 4, seed=33).requires_grad_(), rand(4, 5, seed=34).requires_grad_()
+    F.addmm(c, a, b, beta=0.5, alpha=2.0).sum().backward()  # sum(): an expanded (stride 0) gradient
+    cr, ar, br = (t.detach().double().requires_grad_() for t in (c, a, b))
+    torch.addmm(cr, ar, br, beta=0.5, alpha=2.0).sum().backward()
+    for got, want in ((c.grad, cr.grad), (a.grad, ar.grad), (b.grad, br.grad)):
+        check(got, want, torch.float32, 6, "addmm grads")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.complex64], ids=str)
+def test_k0_and_empty(dtype):
+    a, b = torch.empty(5, 0, dtype=dtype, device=DEV), torch.empty(0, 3, dtype=dtype, device=DEV)
+    assert torch.equal(F.mm(a, b), torch.zeros(5, 3, dtype=dtype, device=DEV))
+    c = rand(5, 3, dtype=dtype, seed=35)
+    torch.testing.assert_close(F.addmm(c, a, b, beta=0.5), 0.5 * c)
+    assert F.mm(torch.empty(0, 4, dtype=dtype, device=DEV), rand(4, 3, dtype=dtype)).shape == (0, 3)
+    assert F.mm(rand(2, 4, dtype=dtype), torch.empty(4, 0, dtype=dtype, device=DEV)).shape == (2, 0)
+    assert F.bmm(torch.empty(0, 2, 4, dtype=dtype, device=DEV), torch.empty(0, 4, 3, dtype=dtype, device=DEV)).shape == (0, 2, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8, 11, 16])
+@pytest.mark.parametrize("n,k", [(4096, 4096), (1000, 520), (3, 8)])
+def test_decode_small_m(dtype, m, n, k):
+    x, w = rand(m, k, dtype=dtype, seed=36), rand(n, k, dtype=dtype, seed=37)
+    bias = rand(n, dtype=dtype, seed=38)
+    d = torch.empty(m, n, dtype=dtype, device=DEV)
+    assert "[native" in G.sku(x, w.t(), d), G.sku(x, w.t(), d)
+    check(F.linear(x, w), up(x) @ up(w).t(), dtype, k, "decode")
+    check(F.linear(x, w, bias, activation="silu"), tF.silu(up(x) @ up(w).t() + up(bias)), dtype, k, "decode+silu")
+    y1, y2 = F.linear(x, w), F.linear(x, w)
+    assert torch.equal(y1, y2), "small-M kernel must be deterministic"
+
+
+def test_decode_batched_and_beta():
+    x, w = rand(3, 4, 64, dtype=torch.bfloat16, seed=39), rand(3, 64, 40, dtype=torch.bfloat16, seed=40)
+    wt = rand(3, 40, 64, dtype=torch.bfloat16, seed=41).transpose(1, 2)  # K-contiguous: small-M
+    check(F.bmm(x, wt), up(x) @ up(wt), torch.bfloat16, 64, "decode bmm")
+    c = rand(3, 4, 40, dtype=torch.bfloat16, seed=42)
+    check(F.baddbmm(c, x, wt, beta=0.5), 0.5 * up(c) + up(x) @ up(wt), torch.bfloat16, 64, "decode baddbmm")
+    check(F.bmm(x, w), up(x) @ up(w), torch.bfloat16, 64, "bmm N-contiguous (cuBLASLt)")
+
+
+def test_tf32_by_preference():
+    a, b = rand(256, 512, seed=43), rand(512, 128, seed=44)
+    d = torch.empty(256, 128, device=DEV)
+    assert "tf32" not in G.sku(a, b, d)
+    ieee = F.mm(a, b)
+    check(ieee, up(a) @ up(b), torch.float32, 512, "ieee")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    assert "tf32" in G.sku(a, b, d)
+    torch.testing.assert_close(F.mm(a, b).double(), up(a) @ up(b), rtol=5e-3, atol=5e-3 * math.sqrt(512))
+
+
+def test_cuda_graph_capture():
+    x, w, b = rand(16, 64, seed=45), rand(32, 64, seed=46), rand(32, seed=47)
+    xs = rand(3, 16, 64, dtype=torch.bfloat16, seed=48)
+    wd = rand(48, 64, dtype=torch.bfloat16, seed=49)
+    F.linear(x, w, b, activation="gelu")  # warm: plans and workspace exist before capture
+    F.linear(xs[0], wd)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        F.linear(x, w, b, activation="gelu")
+        F.linear(xs[0], wd)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = F.linear(x, w, b, activation="gelu")
+        yd = F.linear(xs[0], wd)
+    x.copy_(rand(16, 64, seed=50))
+    g.replay()
+    torch.cuda.synchronize()
+    check(y, tF.gelu(up(x) @ up(w).t() + up(b)), torch.float32, 64, "graph replay")
+    check(yd, up(xs[0]) @ up(wd).t(), torch.bfloat16, 64, "graph replay decode")
+
+
+def test_errors_name_op_operand_expected_got():
+    a, b = rand(3, 4), rand(5, 6)
+    with pytest.raises(RuntimeError, match="^mm: inner dimensions expected equal"):
+        F.mm(a, b)
+    with pytest.raises(RuntimeError, match="dtype"):
+        F.mm(a, rand(4, 2, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="CUDA"):
+        F.mm(a.cpu(), rand(4, 2).cpu())
+    d = torch.empty(3, 2, device=DEV)
+    with pytest.raises(RuntimeError, match=r"gemm: B shape expected \[4, 2\], got \[4, 6\]"):
+        G._run(a, rand(4, 6), d)
+    with pytest.raises(RuntimeError, match="int32"):
+        G._run(torch.ones(3, 4, dtype=torch.int32, device=DEV), torch.ones(4, 2, dtype=torch.int32, device=DEV),
+               torch.empty(3, 2, dtype=torch.int32, device=DEV))
+
+
+def _sm():
+    return torch.cuda.get_device_capability()[0] * 10 + torch.cuda.get_device_capability()[1]
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="torch without float8")
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_scaled_mm_fp8(out_dtype):
+    if _sm() < 89:
+        pytest.skip("fp8 needs sm_89+")
+    a = (rand(64, 128, seed=51) * 4).to(torch.float8_e4m3fn)
+    w = (rand(96, 128, seed=52) * 4).to(torch.float8_e4m3fn)
+    sa, sb = torch.tensor([0.5], device=DEV), torch.tensor([2.0], device=DEV)
+    out = F.scaled_mm(a, w.t(), sa, sb, out_dtype=out_dtype)
+    ref = torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+    torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=1e-2)
+    with pytest.raises(RuntimeError, match="K-contiguous"):
+        F.scaled_mm(a, w.t().contiguous(), sa, sb, out_dtype=out_dtype)
+
+
+def test_int_mm():
+    a = torch.randint(-128, 128, (32, 64), dtype=torch.int8, device=DEV)
+    b = torch.randint(-128, 128, (64, 48), dtype=torch.int8, device=DEV)
+    assert torch.equal(F.int_mm(a, b), torch._int_mm(a, b))
+
+
+@pytest.mark.parametrize("eq,shapes", [
+    ("ij,jk->ik", [(5, 7), (7, 3)]), ("bij,bjk->bik", [(2, 5, 7), (2, 7, 3)]), ("ij,kj->ik", [(5, 7), (3, 7)]),
+    ("bhqd,bhkd->bhqk", [(2, 3, 5, 8), (2, 3, 6, 8)]), ("i,i->", [(9,), (9,)]), ("i,j->ij", [(4,), (5,)]),
+    ("ijk,k->ij", [(3, 4, 5), (5,)]), ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 2)]), ("ij,jk", [(3, 4), (4, 5)]),
+    ("abc,cd->dba", [(2, 3, 4), (4, 5)]), ("ij,ik->jk", [(6, 3), (6, 4)]), ("ij->ji", [(3, 4)]),
+    ("ii->i", [(4, 4)]), ("iij,jk->ik", [(3, 3, 4), (4, 2)]), ("...ij,...jk->...ik", [(2, 3, 4, 5), (3, 5, 6)]),
+    ("...i,...i->...", [(2, 1, 4), (3, 4)]), ("abcd,dcbe->ae", [(2, 3, 4, 5), (5, 4, 3, 6)]),
+])
+def test_einsum(eq, shapes):
+    xs = [rand(*s, seed=60 + i).requires_grad_() for i, s in enumerate(shapes)]
+    out = F.einsum(eq, *xs)
+    refs = [x.detach().double().requires_grad_() for x in xs]
+    ref = torch.einsum(eq, *refs)
+    check(out, ref, torch.float32, 8, eq)
+    go = rand(*out.shape, seed=70)
+    out.backward(go)
+    ref.backward(go.double())
+    for x, r in zip(xs, refs):
+        check(x.grad, r.grad, torch.float32, 8, eq + " grad")
+
+
+def test_tensordot_and_dot_general():
+    a, b = rand(3, 4, 5, seed=80), rand(4, 5, 6, seed=81)
+    check(F.tensordot(a, b, dims=2), torch.tensordot(up(a), up(b), dims=2), torch.float32, 20, "tensordot 2")
+    check(F.tensordot(a, b, dims=([1, 2], [0, 1])), torch.tensordot(up(a), up(b), dims=([1, 2], [0, 1])),
+          torch.float32, 20, "tensordot lists")
+    x, y = rand(2, 3, 7, seed=82), rand(2, 7, 5, seed=83)
+    got = F.dot_general(x, y, (([2], [1]), ([0], [0])))  # lax order: batch, lhs free, rhs free
+    check(got, up(x) @ up(y), torch.float32, 7, "dot_general")
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="torch without float8")
+def test_scaled_mm_rowwise_and_amax():
+    if _sm() < 90:
+        pytest.skip("row-wise fp8 scaling needs sm_90")
+    a = (rand(64, 128, seed=53) * 4).to(torch.float8_e4m3fn)
+    w = (rand(96, 128, seed=54) * 4).to(torch.float8_e4m3fn)
+    sa = torch.rand(64, 1, device=DEV) + 0.5
+    sb = torch.rand(1, 96, device=DEV) + 0.5
+    ref = (a.float() @ w.float().t()) * sa * sb
+    out = F.scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16)
+    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
+    amax = torch.zeros(1, device=DEV)
+    one = torch.ones(1, device=DEV)
+    out = F.scaled_mm(a, w.t(), one, one, out_dtype=torch.float32, amax=amax)
+    torch.testing.assert_close(amax, out.abs().max().reshape(1), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("odt", [torch.int32, torch.int64], ids=str)
+def test_grouped_mm(dtype, odt):
+    sizes = [0, 5, 64, 130, 1]  # an empty expert, partial tiles, a tile boundary
+    t, k, n = sum(sizes) + 3, 72, 40  # 3 trailing rows no group covers: zeros
+    a = rand(t, k, dtype=dtype, seed=90)
+    w = rand(len(sizes), n, k, dtype=dtype, seed=91)  # expert weights [G, N, K]
+    ends, acc = [], 0
+    for s in sizes:
+        acc += s
+        ends.append(acc)
+    out = F.grouped_mm(a, w.transpose(1, 2), torch.tensor(ends, dtype=odt, device=DEV))
+    ref = torch.zeros(t, n, dtype=torch.float64, device=DEV)
+    start = 0
+    for g, s in enumerate(sizes):
+        ref[start:start + s] = up(a[start:start + s]) @ up(w[g]).t()
+        start += s
+    check(out, ref, dtype, k, "grouped_mm")
+
+
+@pytest.mark.sanitizer
+def test_sanitizer_native_kernels():
+    """Small cases of every native kernel (small-M, epilogue, bias-gradient reduction, grouped) for
+    compute-sanitizer memcheck: odd N, partial k chunks, rows no group covers."""
+    x, w, b = rand(5, 24, dtype=torch.bfloat16, seed=100), rand(13, 24, dtype=torch.bfloat16, seed=101), \
+        rand(13, dtype=torch.bfloat16, seed=102)
+    check(F.linear(x, w, b, activation="gelu"), tF.gelu(up(x) @ up(w).t() + up(b)), torch.bfloat16, 24, "small-m")
+    xs = rand(20, 24, seed=103).requires_grad_()
+    ws, bs = rand(13, 24, seed=104).requires_grad_(), rand(13, seed=105).requires_grad_()
+    F.linear(xs, ws, bs, activation="silu").sum().backward()
+    xr, wr, br = (t.detach().double().requires_grad_() for t in (xs, ws, bs))
+    tF.silu(tF.linear(xr, wr, br)).sum().backward()
+    check(bs.grad, br.grad, torch.float32, 20, "db")
+    a = rand(70, 16, dtype=torch.float16, seed=106)
+    we = rand(2, 24, 16, dtype=torch.float16, seed=107)
+    out = F.grouped_mm(a, we.transpose(1, 2), torch.tensor([3, 67], dtype=torch.int32, device=DEV))
+    ref = torch.cat([up(a[:3]) @ up(we[0]).t(), up(a[3:67]) @ up(we[1]).t(), torch.zeros(3, 24, dtype=torch.float64,
+                                                                                          device=DEV)])
+    check(out, ref, torch.float16, 16, "grouped")

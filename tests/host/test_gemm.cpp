@@ -1,0 +1,458 @@
+// GEMM family, host only: descriptor validation and its messages, the implementation choice
+// (small-M kernel vs cuBLASLt), preferences, the column-major normal form, can_implement on
+// fake pointers, workspace sizing and coverage rows. Every select runs offline (no GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "baracuda/core/coverage.hpp"
+#include "baracuda/ops/gemm.hpp"
+#include "ops/gemm/gemm_internal.hpp"
+#include "test_util.hpp"
+
+namespace baracuda {
+namespace {
+using test::fake_ptr;
+
+const Target kOff = Target::offline(90);
+
+/// Tensors matching a dense descriptor (rank 2 when batch == 1), at distinct fake addresses.
+TensorMut matrix(int slot, DType dt, int64_t batch, int64_t rows, int64_t cols, const MatrixStrides& s) {
+  TensorMut t{fake_ptr(slot), dt, {}};
+  if (batch == 1) {
+    t.layout = test::strided({rows, cols}, {s.row, s.col});
+  } else {
+    t.layout = test::strided({batch, rows, cols}, {s.batch, s.row, s.col});
+  }
+  return t;
+}
+GemmArgs args_for(const GemmDesc& d) {
+  GemmArgs a;
+  a.a = matrix(0, d.a_dtype, d.batch, d.m, d.k, d.a);
+  a.b = matrix(1, d.b_dtype, d.batch, d.k, d.n, d.b);
+  a.c = matrix(2, d.d_dtype, d.batch, d.m, d.n, d.c);
+  a.d = matrix(3, d.d_dtype, d.batch, d.m, d.n, d.d);
+  a.bias = make_ref(fake_ptr(4), d.d_dtype, {d.n});
+  a.aux = matrix(5, d.d_dtype, d.batch, d.m, d.n, d.d);
+  a.aux_in = matrix(6, d.d_dtype, d.batch, d.m, d.n, d.d);
+  a.bgrad = make_mut(fake_ptr(7), d.d_dtype, {d.bgrad == GemmBiasGrad::OfA ? d.m : d.n});
+  return a;
+}
+
+TEST(Gemm, AcceptsEveryDeclaredDtype) {
+  for (DType t : {DType::f64, DType::f32, DType::f16, DType::bf16, DType::c64, DType::c128}) {
+    auto p = GemmPlan::select(kOff, GemmDesc::dense(t, 128, 96, 64));
+    ASSERT_TRUE(p.ok()) << name(t) << ": " << p.message();
+    EXPECT_EQ(p->sku().backend, Backend::CuBlasLt);
+    EXPECT_EQ(p->sku().category, "gemm");
+  }
+  for (DType o : {DType::bf16, DType::f16, DType::f32}) {
+    auto p = GemmPlan::select(kOff, GemmDesc::dense(DType::f8e4m3, o, 128, 128, 128, false, true));
+    EXPECT_TRUE(p.ok()) << p.message();
+  }
+  GemmDesc mixed = GemmDesc::dense(DType::f8e4m3, DType::bf16, 128, 128, 128, false, true);
+  mixed.b_dtype = DType::f8e5m2;
+  EXPECT_TRUE(GemmPlan::select(kOff, mixed).ok());
+  EXPECT_TRUE(GemmPlan::select(kOff, GemmDesc::dense(DType::s8, DType::s32, 128, 128, 128, false, true)).ok());
+}
+
+TEST(Gemm, RefusesUndeclaredDtypes) {
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::s32, 8, 8, 8)), Status::Unsupported, "gemm", "int32",
+                    "not supported");
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::f16, DType::f32, 8, 8, 8)), Status::Unsupported,
+                    "D dtype expected float16", "got float32");
+  GemmDesc d = GemmDesc::dense(DType::f16, 8, 8, 8);
+  d.b_dtype = DType::bf16;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::Unsupported, "A and B dtypes expected equal");
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::f8e5m2, DType::bf16, 64, 64, 64, false, true)),
+                    Status::Unsupported, "e5m2");
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::s8, DType::s8, 64, 64, 64, false, true)),
+                    Status::Unsupported, "int8", "int32");
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::f8e4m3, DType::f8e4m3, 64, 64, 64, false, true)),
+                    Status::Unsupported, "D dtype for fp8");
+}
+
+TEST(Gemm, LowPrecisionNeedsKContiguousOperands) {
+  // B row-major [k, n] is N-contiguous: refused with the layout named.
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::f8e4m3, DType::bf16, 64, 64, 64)),
+                    Status::Unsupported, "K-contiguous");
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::f8e4m3, DType::bf16, 64, 64, 40, false, true)),
+                    Status::Unsupported, "multiple of 16");
+  EXPECT_FAILS_WITH(
+      GemmPlan::select(Target::offline(80), GemmDesc::dense(DType::f8e4m3, DType::bf16, 64, 64, 64, false, true)),
+      Status::Unsupported, "sm >= 89");
+}
+
+TEST(Gemm, ProblemChecks) {
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::f32, -1, 8, 8)), Status::InvalidProblem,
+                    "m expected >= 0, got -1");
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::f32, int64_t{1} << 32, 8, 8)), Status::InvalidProblem,
+                    "m expected <= 2^31-1");
+  GemmDesc d = GemmDesc::dense(DType::f32, 8, 8, 8);
+  d.a.row = 4;  // rows overlap: ld 4 < 8 columns
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::InvalidProblem, "gemm: A [8, 8] strides (4, 1)", "unit stride");
+  d = GemmDesc::dense(DType::f32, 8, 8, 8);
+  d.b = {16, 2, 0};  // no unit stride
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::InvalidProblem, "B [8, 8]");
+  d = GemmDesc::dense(DType::f32, 8, 8, 8, false, false, 4);
+  d.d.batch = 0;  // batches of D would collide
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::InvalidProblem, "D overlaps itself");
+  d = GemmDesc::dense(DType::f32, 8, 8, 8);
+  d.a.row = int64_t{1} << 62;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::InvalidProblem, "A footprint overflows");
+  d = GemmDesc::dense(DType::f32, 8, 8, 8);
+  d.c = MatrixStrides::col_major(8);
+  d.beta = 1.0;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::Unsupported, "C storage order expected row-major like D");
+  d.beta = 0.0;  // C unread: its strides do not matter
+  EXPECT_TRUE(GemmPlan::select(kOff, d).ok());
+  d = GemmDesc::dense(DType::s8, DType::s32, 64, 64, 64, false, true);
+  d.alpha = 0.5;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::InvalidProblem, "integers");
+  d = GemmDesc::dense(DType::f32, 8, 8, 8);
+  d.align[1] = 12;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::InvalidProblem, "align[1] expected a power of two");
+  // Empty and k = 0 problems are valid.
+  EXPECT_TRUE(GemmPlan::select(kOff, GemmDesc::dense(DType::f32, 0, 8, 8)).ok());
+  EXPECT_TRUE(GemmPlan::select(kOff, GemmDesc::dense(DType::f32, 8, 8, 0)).ok());
+  EXPECT_TRUE(GemmPlan::select(kOff, GemmDesc::dense(DType::f32, 8, 8, 8, false, false, 0)).ok());
+}
+
+TEST(Gemm, EpilogueChecks) {
+  GemmDesc d = GemmDesc::dense(DType::bf16, 64, 64, 64);
+  d.aux = true;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::InvalidProblem, "aux", "act=none");
+  d = GemmDesc::dense(DType::bf16, 64, 64, 64);
+  d.bgrad = GemmBiasGrad::OfD;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::InvalidProblem, "bgrad expected none in the forward");
+  d.direction = Direction::Backward;
+  EXPECT_TRUE(GemmPlan::select(kOff, d).ok());
+  d.bias = true;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::InvalidProblem, "gemm_backward: bias expected false");
+  d = GemmDesc::dense(DType::c64, 8, 8, 8);
+  d.bias = true;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::Unsupported, "real floating D", "complex64");
+}
+
+TEST(Gemm, FusedOrNativeEpilogue) {
+  auto epi = [](GemmDesc d) {
+    auto p = GemmPlan::select(kOff, d);
+    EXPECT_TRUE(p.ok()) << p.message();
+    return p.ok() ? p->sku().epilogue : std::string();
+  };
+  GemmDesc d = GemmDesc::dense(DType::bf16, 64, 64, 64, false, true);
+  d.bias = true;
+  d.act = GemmActivation::GeluTanh;
+  d.aux = true;
+  EXPECT_EQ(epi(d), "bias+gelu_tanh+aux");
+  d.act = GemmActivation::Gelu;  // erf gelu: cuBLASLt has only the tanh form
+  EXPECT_EQ(epi(d), "bias+gelu+aux (native epilogue)");
+  d.act = GemmActivation::Silu;
+  EXPECT_EQ(epi(d), "bias+silu+aux (native epilogue)");
+  d.act = GemmActivation::Relu;
+  d.aux = false;
+  EXPECT_EQ(epi(d), "bias+relu");
+  d.d = d.c = MatrixStrides::col_major(64);  // bias per column of a column-major D: native
+  EXPECT_EQ(epi(d), "bias+relu (native epilogue)");
+  d = GemmDesc::dense(DType::f16, 64, 64, 64, false, true);
+  d.direction = Direction::Backward;
+  d.act = GemmActivation::GeluTanh;
+  d.bgrad = GemmBiasGrad::OfD;
+  EXPECT_EQ(epi(d), "dgelu_tanh+bgrad_of_d");
+  d.bgrad = GemmBiasGrad::OfA;
+  EXPECT_EQ(epi(d), "dgelu_tanh+bgrad_of_a (native epilogue)");
+}
+
+TEST(Gemm, SmallMChosenForDecodeShapes) {
+  for (int64_t m : {1, 7, 16}) {
+    auto p = GemmPlan::select(kOff, GemmDesc::dense(DType::bf16, m, 4096, 4096, false, true));
+    ASSERT_TRUE(p.ok()) << p.message();
+    EXPECT_EQ(p->sku().backend, Backend::Native) << m;
+    EXPECT_TRUE(p->precision().bit_stable);
+    EXPECT_EQ(p->workspace_size(), 0u);
+  }
+  // m = 17, N-contiguous B, k % 8 != 0, f32: cuBLASLt.
+  EXPECT_EQ(GemmPlan::select(kOff, GemmDesc::dense(DType::bf16, 17, 64, 64, false, true))->sku().backend,
+            Backend::CuBlasLt);
+  EXPECT_EQ(GemmPlan::select(kOff, GemmDesc::dense(DType::bf16, 4, 64, 64))->sku().backend, Backend::CuBlasLt);
+  EXPECT_EQ(GemmPlan::select(kOff, GemmDesc::dense(DType::bf16, 4, 64, 60, false, true))->sku().backend,
+            Backend::CuBlasLt);
+  EXPECT_EQ(GemmPlan::select(kOff, GemmDesc::dense(DType::f32, 4, 64, 64, false, true))->sku().backend,
+            Backend::CuBlasLt);
+  // Few column blocks and a long K: cuBLASLt (it splits K); a short K keeps the native kernel.
+  EXPECT_EQ(GemmPlan::select(kOff, GemmDesc::dense(DType::bf16, 4, 64, 1 << 20, false, true))->sku().backend,
+            Backend::CuBlasLt);
+  EXPECT_EQ(GemmPlan::select(kOff, GemmDesc::dense(DType::bf16, 4, 3, 8, false, true))->sku().backend, Backend::Native);
+  // Forcing native where it cannot serve names the reason.
+  PlanPreference native;
+  native.backend = Backend::Native;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::bf16, 4, 64, 60, false, true), native),
+                    Status::Unsupported, "small-m: k expected a multiple of 8", "cublaslt: backend=native");
+  PlanPreference lt;
+  lt.backend = Backend::CuBlasLt;
+  EXPECT_EQ(GemmPlan::select(kOff, GemmDesc::dense(DType::bf16, 4, 64, 64, false, true), lt)->sku().backend,
+            Backend::CuBlasLt);
+}
+
+TEST(Gemm, Preferences) {
+  PlanPreference p;
+  p.tf32 = Tristate::Require;
+  auto tf = GemmPlan::select(kOff, GemmDesc::dense(DType::f32, 64, 64, 64), p);
+  ASSERT_TRUE(tf.ok()) << tf.message();
+  EXPECT_NE(tf->precision().note.find("tf32"), std::string::npos);
+  auto ieee = GemmPlan::select(kOff, GemmDesc::dense(DType::f32, 64, 64, 64));
+  EXPECT_EQ(ieee->precision().note.find("tf32"), std::string::npos);  // IEEE by default
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::f64, 64, 64, 64), p), Status::Unsupported,
+                    "tf32=Require applies to float32", "float64");
+  p = {};
+  p.reduced_precision_reduction = Tristate::Require;
+  auto h = GemmPlan::select(kOff, GemmDesc::dense(DType::f16, 64, 64, 64), p);
+  ASSERT_TRUE(h.ok()) << h.message();
+  EXPECT_EQ(h->precision().accumulator, DType::f16);
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::bf16, 64, 64, 64), p), Status::Unsupported,
+                    "reduced_precision_reduction");
+  p = {};
+  p.require_bit_stable = true;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::f32, 64, 64, 64), p), Status::Unsupported,
+                    "require_bit_stable");
+  EXPECT_TRUE(GemmPlan::select(kOff, GemmDesc::dense(DType::bf16, 4, 64, 64, false, true), p).ok());
+  p = {};
+  p.require_deterministic = true;
+  auto det = GemmPlan::select(kOff, GemmDesc::dense(DType::f32, 64, 64, 64), p);
+  ASSERT_TRUE(det.ok());
+  EXPECT_TRUE(det->precision().deterministic);
+  p = {};
+  p.vectorized = Tristate::Forbid;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::f32, 64, 64, 64), p), Status::Unsupported,
+                    "vectorized=Forbid");
+  p = {};
+  p.backend = Backend::CuDnn;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::f32, 64, 64, 64), p), Status::Unsupported,
+                    "backend expected any, native or cublaslt");
+}
+
+TEST(Gemm, ColumnMajorNormalForm) {
+  // Row-major D: computed as D^T = B^T A^T; A row-major becomes the non-transposed B'.
+  auto cm = detail::to_col_major("gemm", GemmDesc::dense(DType::f32, 3, 5, 7, false, true));
+  ASSERT_TRUE(cm.ok());
+  EXPECT_TRUE(cm->swapped);
+  EXPECT_EQ(cm->m, 5);
+  EXPECT_EQ(cm->n, 3);
+  EXPECT_TRUE(cm->a.trans);  // B stored [n, k] row-major: B^T = [n, k] is op T of col-major [k, n]
+  EXPECT_EQ(cm->a.ld, 7);
+  EXPECT_FALSE(cm->b.trans);  // A^T [k, m] col-major with ld k
+  EXPECT_EQ(cm->b.ld, 7);
+  EXPECT_EQ(cm->d.ld, 5);
+  // Column-major everything: no swap, no transposes.
+  GemmDesc d = GemmDesc::dense(DType::f32, 3, 5, 7);
+  d.a = MatrixStrides::col_major(3, 4);
+  d.b = MatrixStrides::col_major(7);
+  d.c = d.d = MatrixStrides::col_major(3, 8);
+  cm = detail::to_col_major("gemm", d);
+  ASSERT_TRUE(cm.ok());
+  EXPECT_FALSE(cm->swapped);
+  EXPECT_FALSE(cm->a.trans);
+  EXPECT_EQ(cm->a.ld, 4);
+  EXPECT_EQ(cm->d.ld, 8);
+  // A single row takes any row stride.
+  EXPECT_EQ(detail::storage_order(1, 5, 0, 1, detail::Order::Row).value(), detail::Order::Row);
+  EXPECT_EQ(detail::storage_order(5, 2, 1, 5, detail::Order::Row).value(), detail::Order::Col);
+  EXPECT_FALSE(detail::storage_order(5, 2, 1, 1, detail::Order::Row).ok());  // rows and columns overlap
+}
+
+TEST(Gemm, CanImplement) {
+  GemmDesc d = GemmDesc::dense(DType::bf16, 64, 32, 16, false, true);
+  d.bias = true;
+  auto p = GemmPlan::select(kOff, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  GemmArgs a = args_for(d);
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  GemmArgs bad = a;
+  bad.a.dtype = DType::f16;
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "gemm: A dtype expected bfloat16, got float16");
+  bad = a;
+  bad.b.layout = test::strided({32, 16}, {16, 1});
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "B shape expected [16, 32], got [32, 16]");
+  bad = a;
+  bad.d.layout.stride[0] = 64;
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "D strides expected (32, 1)", "got (64, 1)");
+  bad = a;
+  bad.a.data = fake_ptr(0, 2);
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::MisalignedOperand, "A pointer expected 16-byte aligned");
+  bad = a;
+  bad.bias = make_ref(fake_ptr(4), DType::bf16, {31});
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "bias shape expected [32], got [31]");
+  bad = a;
+  bad.bias.data = fake_ptr(4, 2);  // fused bias: cuBLASLt assumed 16-byte alignment
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::MisalignedOperand, "bias pointer expected 16-byte");
+  bad = a;
+  bad.d.data = fake_ptr(0, 64);  // D inside A
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "D overlaps A");
+  bad = a;
+  bad.b.data = nullptr;
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "B is null");
+  bad = a;
+  bad.a_scale = make_ref(fake_ptr(9), DType::f32, {1});
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "fp8 only");
+  // Rank 3 with batch 1 is fine too; a wrong batch is named.
+  bad = a;
+  bad.a.layout = test::strided({1, 64, 16}, {0, 16, 1});
+  EXPECT_TRUE(p->can_implement(bad).ok());
+  bad.a.layout.shape[0] = 2;
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "A shape expected [64, 16]");
+  // run refuses before launching (no GPU needed).
+  EXPECT_FAILS_WITH(p->run(nullptr, {}, bad), Status::InvalidProblem, "A shape");
+}
+
+TEST(Gemm, Fp8Scales) {
+  GemmDesc d = GemmDesc::dense(DType::f8e4m3, DType::bf16, 64, 32, 128, false, true);
+  auto p = GemmPlan::select(kOff, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  GemmArgs a = args_for(d);
+  EXPECT_TRUE(p->can_implement(a).ok());  // absent scales are 1
+  a.a_scale = make_ref(fake_ptr(9), DType::f32, {1});
+  a.b_scale = make_ref(fake_ptr(10), DType::f32, {1});
+  a.amax_d = make_mut(fake_ptr(11), DType::f32, {1});
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  GemmArgs bad = a;
+  bad.b_scale = make_ref(fake_ptr(10), DType::f32, {32});
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "b_scale expected 1 contiguous float32");
+  bad = a;
+  bad.a_scale.dtype = DType::bf16;
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "a_scale dtype expected float32, got bfloat16");
+  // Per-row / per-column scales: [m] and [n], both required.
+  d.scale_mode = GemmScaleMode::PerRowCol;
+  p = GemmPlan::select(kOff, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_NE(p->precision().note.find("per-row"), std::string::npos);
+  a.a_scale = make_ref(fake_ptr(9), DType::f32, {64});
+  a.b_scale = make_ref(fake_ptr(10), DType::f32, {32});
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  bad = a;
+  bad.a_scale = TensorRef{};
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "a_scale expected [64] float32 (per_row_col)");
+  GemmDesc f = GemmDesc::dense(DType::bf16, 64, 32, 128);
+  f.scale_mode = GemmScaleMode::PerRowCol;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, f), Status::Unsupported, "scale_mode=per_row_col applies to fp8");
+}
+
+TEST(Gemm, InPlaceCAndBatches) {
+  GemmDesc d = GemmDesc::dense(DType::f32, 16, 16, 16, false, false, 3);
+  d.beta = 1.0;
+  auto p = GemmPlan::select(kOff, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  GemmArgs a = args_for(d);
+  EXPECT_TRUE(p->can_implement(a).ok());
+  a.c.data = a.d.data;  // exact in-place
+  EXPECT_TRUE(p->can_implement(a).ok());
+  a.c.data = static_cast<char*>(a.d.data) + 64;
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "D partially overlaps C");
+  // Broadcast weight: B batch stride 0.
+  d = GemmDesc::dense(DType::f32, 16, 16, 16, false, false, 3);
+  d.b.batch = 0;
+  p = GemmPlan::select(kOff, d);
+  ASSERT_TRUE(p.ok());
+  a = args_for(d);
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+}
+
+TEST(Gemm, Workspace) {
+  auto p = GemmPlan::select(kOff, GemmDesc::dense(DType::bf16, 256, 256, 256));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->workspace_size(), size_t{32} << 20);  // offline: the cap, exact once selected on a GPU
+  GemmDesc d = GemmDesc::dense(DType::bf16, 256, 256, 256);
+  d.direction = Direction::Backward;
+  d.bgrad = GemmBiasGrad::OfA;  // native reduction: + chunks x m x f32
+  auto q = GemmPlan::select(kOff, d);
+  ASSERT_TRUE(q.ok());
+  EXPECT_GT(q->workspace_size(), size_t{32} << 20);
+  auto r = p->run(nullptr, {nullptr, 16}, args_for(GemmDesc::dense(DType::bf16, 256, 256, 256)));
+  EXPECT_FAILS_WITH(r, Status::WorkspaceTooSmall, "workspace expected >= 33554432 bytes, got 16");
+}
+
+TEST(Gemm, SkuAndKey) {
+  auto p = GemmPlan::select(kOff, GemmDesc::dense(DType::f8e4m3, DType::bf16, 64, 64, 64, false, true));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->sku().dtypes, "float8_e4m3fn->bfloat16");
+  EXPECT_NE(p->sku().to_string().find("gemm"), std::string::npos);
+  GemmDesc a = GemmDesc::dense(DType::f32, 8, 8, 8), b = a;
+  EXPECT_EQ(a.key(), b.key());
+  b.alpha = 2;
+  EXPECT_NE(a.key(), b.key());
+}
+
+TEST(Gemm, CoverageRows) {
+  const auto rows = coverage(kOff);
+  auto has = [&](const std::string& dt, Direction dir, Backend be) {
+    return std::any_of(rows.begin(), rows.end(), [&](const CoverageRow& r) {
+      return r.family == "gemm" && r.dtype == dt && r.direction == dir && r.backend == be;
+    });
+  };
+  for (const char* t : {"float64", "float32", "float16", "bfloat16", "complex64", "complex128"})
+    EXPECT_TRUE(has(t, Direction::Forward, Backend::CuBlasLt)) << t;
+  EXPECT_TRUE(has("bfloat16", Direction::Forward, Backend::Native));
+  EXPECT_TRUE(has("float16", Direction::Forward, Backend::Native));
+  EXPECT_FALSE(has("float32", Direction::Forward, Backend::Native));
+  EXPECT_TRUE(has("bfloat16", Direction::Backward, Backend::CuBlasLt));
+  EXPECT_FALSE(has("complex64", Direction::Backward, Backend::CuBlasLt));
+  EXPECT_TRUE(has("float8_e4m3fn,float8_e4m3fn->bfloat16", Direction::Forward, Backend::CuBlasLt));
+  EXPECT_TRUE(has("int8,int8->int32", Direction::Forward, Backend::CuBlasLt));
+  EXPECT_FALSE(has("int32", Direction::Forward, Backend::CuBlasLt));
+}
+
+}  // namespace
+}  // namespace baracuda
+
+namespace baracuda {
+namespace {
+TEST(GroupedGemm, SelectAndCanImplement) {
+  GroupedGemmDesc d;
+  d.dtype = DType::bf16;
+  d.groups = 3, d.rows = 100, d.n = 48, d.k = 64;
+  auto p = GroupedGemmPlan::select(kOff, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->sku().backend, Backend::Native);
+  EXPECT_EQ(p->workspace_size(), 0u);
+  GroupedGemmArgs a;
+  a.a = make_ref(fake_ptr(0), DType::bf16, {100, 64});
+  a.w = make_ref(fake_ptr(1), DType::bf16, {3, 48, 64});
+  a.offsets = make_ref(fake_ptr(2), DType::s64, {4});
+  a.d = make_mut(fake_ptr(3), DType::bf16, {100, 48});
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  GroupedGemmArgs bad = a;
+  bad.offsets = make_ref(fake_ptr(2), DType::s32, {3});
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "grouped_gemm: offsets shape expected [4], got [3]");
+  bad = a;
+  bad.offsets.dtype = DType::f32;
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "offsets dtype expected int64, got float32");
+  bad = a;
+  bad.w = make_ref(fake_ptr(1), DType::bf16, {3, 64, 48});
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "W shape expected [3, 48, 64]");
+  bad = a;
+  bad.a.data = fake_ptr(0, 8);
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::MisalignedOperand, "A pointer expected 16-byte aligned");
+  bad = a;
+  bad.d.data = fake_ptr(1, 64);
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "D overlaps W");
+
+  GroupedGemmDesc e = d;
+  e.k = 60;
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, e), Status::Unsupported, "k expected a multiple of 8");
+  e = d;
+  e.dtype = DType::f32;
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, e), Status::Unsupported, "dtype expected float16 or bfloat16");
+  e = d;
+  e.lda = 66;
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, e), Status::InvalidProblem, "lda expected >= k and a multiple of 8");
+  e = d;
+  e.w_group = 48 * 64 - 8;
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, e), Status::InvalidProblem, "w_group expected");
+  PlanPreference pref;
+  pref.backend = Backend::CuBlasLt;
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, d, pref), Status::Unsupported, "backend expected any or native");
+  const auto rows = coverage(kOff);
+  EXPECT_TRUE(std::any_of(rows.begin(), rows.end(), [](const CoverageRow& r) { return r.op == "grouped_gemm"; }));
+}
+}  // namespace
+}  // namespace baracuda
