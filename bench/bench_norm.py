@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Softmax / normalization family: baracuda vs torch eager vs torch.compile, one process, same inputs.
+
+baracuda runs through baracuda._C.norm(op, backward, tensors, ...) with pre-allocated outputs and
+workspace; torch eager runs F.softmax / F.layer_norm / F.rms_norm (forward) and autograd's backward
+of its own forward graph (backward); torch.compile runs the compiled forward and the backward of
+the compiled graph (AOTAutograd). Timing: CUDA events, warm-up, median of --iters; buffer sets
+rotate when one call moves less than 2x L2 (bench.py). Writes bench/results/norm-<gpu>.md/.json.
+
+  python bench/bench_norm.py                       # llm, vocab, decode, long shapes; bf16 (compile: llm)
+  python bench/bench_norm.py --dtypes bf16,f32 --compile-shapes all
+  python bench/bench_norm.py --quick               # headline shape only, bf16
+  python bench/bench_norm.py --ops 'rms*' --dir bw --no-compile
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (shared harness; imports torch lazily)
+
+# Targets vs torch eager on [16384, 4096] bf16 (ANCHORS.md / issue 4).
+TARGETS = {("softmax", "fw"): 2.5, ("softmax", "bw"): 2.0, ("log_softmax", "fw"): 2.5, ("log_softmax", "bw"): 2.0,
+           ("layer_norm", "fw"): 1.5, ("layer_norm", "bw"): 2.0, ("rms_norm", "fw"): 1.3, ("rms_norm", "bw"): 2.0}
+TARGET_PCT_BW = 80.0
+HEADLINE = (16384, 4096)
+SHAPES = {"llm": HEADLINE, "vocab": (1024, 128256), "decode": (16, 4096), "long": (4, 1 << 20), "odd": (4099, 4097)}
+OPS = ["softmax", "log_softmax", "layer_norm", "rms_norm", "normalize"]
+DT = {"bf16": "bfloat16", "f32": "float32", "f16": "float16"}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="Benchmark baracuda's softmax/normalization plans against torch eager "
+                                "and torch.compile. Writes bench/results/norm-<gpu>.md and .json.")
+    p.add_argument("--ops", default="*", help="fnmatch patterns, comma-separated (default: all)")
+    p.add_argument("--shapes", default="llm,vocab,decode,long",
+                   help=f"comma-separated names of {SHAPES} (default: %(default)s)")
+    p.add_argument("--dtypes", default="bf16", help="comma-separated: bf16,f32,f16 (default: %(default)s)")
+    p.add_argument("--compile-shapes", default="llm",
+                   help="shapes that also get the torch.compile column (compiling costs seconds a row; "
+                   "default: %(default)s; 'all' for every shape)")
+    p.add_argument("--dir", choices=["fw", "bw", "all"], default="all")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--quick", action="store_true", help="headline shape, bf16 only")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
+    p.add_argument("--no-pad", action="store_true", help="no _sleep pad before the timed loop")
+    p.add_argument("--out-dir", default=bench.RESULTS_DIR)
+    p.add_argument("--tag", default="")
+    p.add_argument("--no-write", action="store_true")
+    return p.parse_args(argv)
+
+
+class Case:
+    """One (op, shape, dtype, direction) with nsets buffer sets for each library."""
+
+    def __init__(self, torch, op, shape, dt, direction, nsets):
+        self.op, self.shape, self.dt, self.dir = op, shape, dt, direction
+        rows, n = shape
+        g = torch.Generator(device="cuda").manual_seed(1234)
+        dev = "cuda"
+        self.sets = []
+        for _ in range(nsets):
+            s = {"x": torch.randn(shape, device=dev, generator=g, dtype=torch.float32).to(dt)}
+            if op in ("layer_norm", "rms_norm"):
+                s["weight"] = (1 + 0.1 * torch.randn(n, device=dev, generator=g)).to(dt)
+                if op == "layer_norm":
+                    s["bias"] = (0.1 * torch.randn(n, device=dev, generator=g)).to(dt)
+            s["dy"] = torch.randn(shape, device=dev, generator=g, dtype=torch.float32).to(dt)
+            self.sets.append(s)
+
+    def bytes_moved(self):
+        """fw: x, params read, y, stats written. bw: dy, x (or y), weight, stats read; dx and the
+        parameter gradients written."""
+        rows, n = self.shape
+        es = self.sets[0]["x"].element_size()
+        main = rows * n * es
+        nparams = {"layer_norm": 2, "rms_norm": 1}.get(self.op, 0)
+        nstats = nparams  # layer_norm: mean, rstd; rms_norm: rstd
+        if self.dir == "fw":
+            return 2 * main + nparams * n * es + nstats * rows * 4
+        weight_read = n * es if nparams else 0
+        return 3 * main + weight_read + nstats * rows * 4 + nparams * n * es
+
+
+def build_baracuda(torch, _C, c: Case):
+    """Pre-allocates outputs/saved tensors and returns fn(k) running baracuda on set k."""
+    import baracuda._autograd as A
+    stream = A.current_stream(torch.device("cuda"))
+    calls = []
+    rows, n = c.shape
+    for s in c.sets:
+        x = s["x"]
+        if c.op == "normalize":
+            y = torch.empty_like(x)
+            if c.dir == "fw":
+                t, outs = {"x": A.dl(x), "out": A.dl(y)}, (y,)
+            else:
+                dx = torch.empty_like(x)
+                t, outs = {"dy": A.dl(s["dy"]), "x": A.dl(x), "out": A.dl(dx)}, (dx,)
+            calls.append((c.op, c.dir == "bw", t, None, outs))
+        elif c.op in ("softmax", "log_softmax"):
+            y = torch.empty_like(x)
+            _C.norm(c.op, False, {"x": A.dl(x), "out": A.dl(y)}, -1, 1, 0.0, stream)
+            if c.dir == "fw":
+                t, outs = {"x": A.dl(x), "out": A.dl(y)}, (y,)
+            else:
+                dx = torch.empty_like(x)
+                t, outs = {"dy": A.dl(s["dy"]), "y": A.dl(y), "out": A.dl(dx)}, (dx,)
+            calls.append((c.op, c.dir == "bw", t, None, outs))
+        else:
+            y = torch.empty_like(x)
+            mean = torch.empty(rows, device="cuda") if c.op == "layer_norm" else None
+            rstd = torch.empty(rows, device="cuda")
+            fw = {"x": x, "weight": s["weight"], "bias": s.get("bias"), "out": y, "save_mean": mean, "save_rstd": rstd}
+            fwd = {k: A.dl(v) for k, v in fw.items() if v is not None}
+            _C.norm(c.op, False, fwd, -1, 1, 1e-5, stream)
+            if c.dir == "fw":
+                calls.append((c.op, False, fwd, None, (y,)))
+            else:
+                dx = torch.empty_like(x)
+                dw = torch.empty_like(s["weight"])
+                db = torch.empty_like(s["bias"]) if "bias" in s else None
+                bw = {"dy": s["dy"], "x": x, "mean": mean, "rstd": rstd, "weight": s["weight"], "out": dx,
+                      "dweight": dw, "dbias": db}
+                bwd = {k: A.dl(v) for k, v in bw.items() if v is not None}
+                nws = _C.norm_workspace_size(c.op, True, bwd, -1, 1, 1e-5)
+                ws = torch.empty(max(nws, 1), dtype=torch.uint8, device="cuda")
+                calls.append((c.op, True, bwd, A.dl(ws), (dx, dw, db)))
+    torch.cuda.synchronize()
+
+    def fn(k):
+        op, bw, t, ws, _ = calls[k]
+        _C.norm(op, bw, t, -1, 1, 1e-12 if op == "normalize" else 1e-5, stream, ws)
+
+    sku = _C.norm_sku(calls[0][0], calls[0][1], calls[0][2], -1, 1, 1e-5, True)
+    return fn, sku, calls[0][4]
+
+
+def torch_forward(torch, op, n):
+    import torch.nn.functional as F
+    if op == "softmax":
+        return lambda s: F.softmax(s["x"], -1)
+    if op == "log_softmax":
+        return lambda s: F.log_softmax(s["x"], -1)
+    if op == "normalize":
+        return lambda s: F.normalize(s["x"], dim=-1)
+    if op == "layer_norm":
+        return lambda s: F.layer_norm(s["x"], (n,), s["weight"], s["bias"], 1e-5)
+    return lambda s: F.rms_norm(s["x"], (n,), s["weight"], 1e-5)
+
+
+def build_torch(torch, c: Case, compiled: bool):
+    """fn(k) for torch eager or compiled; backward = autograd of its own forward graph."""
+    rows, n = c.shape
+    fwd = torch_forward(torch, c.op, n)
+    if compiled:
+        fwd = torch.compile(fwd, dynamic=False)
+    if c.dir == "fw":
+        outs = [None]
+
+        def fn(k):
+            outs[0] = fwd(c.sets[k])
+        fn(0)
+        return fn, (lambda: outs[0])
+    graphs = []
+    for s in c.sets:
+        leaves = {k: v.detach().requires_grad_() for k, v in s.items() if k != "dy"}
+        y = fwd(leaves)
+        inputs = [leaves["x"]] + [leaves[k] for k in ("weight", "bias") if k in leaves]
+        graphs.append((y, inputs, s["dy"]))
+    res = [None]
+
+    def fn(k):
+        y, inputs, dy = graphs[k]
+        res[0] = torch.autograd.grad(y, inputs, dy, retain_graph=True)
+    fn(0)
+    return fn, (lambda: res[0][0])
+
+
+def check(torch, got, ref, dt):
+    rtol, atol = (2e-2, 2e-2) if dt != torch.float32 else (1e-4, 1e-4)
+    try:
+        torch.testing.assert_close(got.float(), ref.float(), rtol=rtol, atol=atol)
+        return "ok"
+    except AssertionError as e:
+        return "MISMATCH: " + bench.short_error(e, 120)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    baracuda, _C = bench.import_baracuda()
+    import torch
+
+    if args.quick:
+        args.shapes, args.dtypes = "llm", "bf16"
+    pats = [p.strip() for p in args.ops.split(",") if p.strip()]
+    ops = [o for o in OPS if any(fnmatch.fnmatch(o, p) for p in pats)]
+    dirs = ["fw", "bw"] if args.dir == "all" else [args.dir]
+    info = bench.env_info(baracuda, _C)
+    copy_bps = bench.copy_bandwidth()
+    rows_out = []
+    for shape_name in [s.strip() for s in args.shapes.split(",") if s.strip()]:
+        shape = SHAPES[shape_name]
+        for dname in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
+            dt = getattr(torch, DT[dname])
+            for op in ops:
+                for d in dirs:
+                    label = f"{op} {d} {dname} {list(shape)}"
+                    print(f"[bench_norm] {label}", file=sys.stderr, flush=True)
+                    row = {"op": op, "dir": d, "dtype": dname, "shape": list(shape)}
+                    try:
+                        probe = Case(torch, op, shape, dt, d, 1)
+                        nsets = bench.rotation_sets(probe.bytes_moved())
+                        del probe
+                        c = Case(torch, op, shape, dt, d, nsets)
+                        row["bytes"] = c.bytes_moved()
+                        bfn, sku, bouts = build_baracuda(torch, _C, c)
+                        row["sku"] = sku
+                        row["baracuda_us"] = bench.time_cuda(bfn, nsets, args.warmup, args.iters,
+                                                             not args.no_pad)["median_us"]
+                        tfn, tout = build_torch(torch, c, False)
+                        row["torch_us"] = bench.time_cuda(tfn, nsets, args.warmup, args.iters,
+                                                          not args.no_pad)["median_us"]
+                        bfn(0)
+                        torch.cuda.synchronize()
+                        row["check"] = check(torch, bouts[0], tout(), dt)
+                        if not args.no_compile and (args.compile_shapes == "all" or shape_name in
+                                                    args.compile_shapes.split(",")):
+                            try:
+                                cfn, _ = build_torch(torch, c, True)
+                                row["compile_us"] = bench.time_cuda(cfn, nsets, args.warmup, args.iters,
+                                                                    not args.no_pad)["median_us"]
+                            except Exception as e:  # compile problems must not hide the other columns
+                                row["compile_error"] = bench.short_error(e)
+                        del c
+                    except Exception as e:
+                        row["error"] = bench.short_error(e)
+                    torch.cuda.empty_cache()
+                    rows_out.append(row)
+
+    headers = ["op", "dir", "dtype", "shape", "MB moved", "baracuda µs", "torch µs", "compile µs", "vs torch",
+               "vs compile", "baracuda GB/s", "% copy BW", "target", "check", "SKU"]
+    table, missing = [], []
+    for r in rows_out:
+        if "error" in r:
+            table.append([r["op"], r["dir"], r["dtype"], r["shape"]] + ["error: " + r["error"]] + [""] * 10)
+            continue
+        b, t, cmp = r["baracuda_us"], r["torch_us"], r.get("compile_us")
+        gbs = r["bytes"] / (b * 1e-6) / 1e9
+        pct = 100 * r["bytes"] / (b * 1e-6) / copy_bps
+        tgt = TARGETS.get((r["op"], r["dir"])) if tuple(r["shape"]) == HEADLINE and r["dtype"] == "bf16" else None
+        ok = (tgt is None or t / b >= tgt) and pct >= TARGET_PCT_BW
+        if not ok:
+            missing.append(f"{r['op']} {r['dir']} {r['dtype']} {r['shape']}")
+        table.append([r["op"], r["dir"], r["dtype"], r["shape"], f"{r['bytes'] / 1e6:.1f}", f"{b:.1f}", f"{t:.1f}",
+                      f"{cmp:.1f}" if cmp else r.get("compile_error", "-"), f"{t / b:.2f}x",
+                      f"{cmp / b:.2f}x" if cmp else "-", f"{gbs:.0f}", f"{pct:.0f}%",
+                      f"{tgt}x" if tgt else "", r["check"], r["sku"]])
+    slug = bench.gpu_slug(info["gpu"])
+    md = bench.md_header(f"baracuda softmax / normalization vs torch ({info['gpu']})", info, copy_bps,
+                         HEADLINE[0] * HEADLINE[1])
+    md += "\n\n" + bench.md_table(headers, table)
+    md += (f"\n\nTargets: the issue's ratios vs torch eager on {list(HEADLINE)} bf16, and >= {TARGET_PCT_BW:.0f}% of "
+           "copy bandwidth for every row. Bytes: inputs read once + outputs written once (statistics and "
+           "parameters included). torch backward = autograd of its own forward graph (compile: of the compiled "
+           f"graph).\n\nRows missing a target ({len(missing)}): " + ("; ".join(missing) or "none") + "\n")
+    print(md)
+    if not args.no_write:
+        paths = bench.write_results(f"norm-{slug}{args.tag}", md, {"env": info, "copy_bps": copy_bps,
+                                                                    "rows": rows_out}, args.out_dir)
+        print(f"[bench_norm] wrote {paths[0]} and {paths[1]}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

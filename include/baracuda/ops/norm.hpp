@@ -1,0 +1,175 @@
+// The softmax and normalization family (OPS.md G-H): softmax and log_softmax over any axis,
+// layer_norm and rms_norm over the trailing dims (affine or not, optional fused residual add),
+// forward and backward, rows of any length.
+//
+//   auto desc = NormDesc::layer_norm(DType::bf16, Shape::of({16384, 4096}), 1, true, true, 1e-5);
+//   auto plan = NormPlan::select(Target::current().value(), desc);
+//   NormArgs a; a.x = x; a.weight = w; a.bias = b; a.out = y; a.save_mean = m; a.save_rstd = r;
+//   plan->run(stream, {}, a);
+//
+// Forward and backward are two directions of one plan, as in the elementwise family. The
+// backward of softmax/log_softmax reads grad_output and the forward output; the backward of
+// layer_norm/rms_norm reads grad_output, the forward input (x + residual when the residual add
+// was fused) and the f32 statistics the forward saved (f64 for f64 inputs). It writes dx and,
+// when asked, dweight/dbias through a deterministic two-stage reduction in the workspace.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "baracuda/core/preference.hpp"
+#include "baracuda/core/sku.hpp"
+#include "baracuda/core/status.hpp"
+#include "baracuda/core/tensor.hpp"
+#include "baracuda/core/workspace.hpp"
+#include "baracuda/ops/elementwise.hpp"  // Shape
+
+namespace baracuda {
+
+enum class NormOp : uint8_t {
+#define BARACUDA_NORM(name, ...) name,
+#include "baracuda/ops/norm_ops.def"
+#undef BARACUDA_NORM
+};
+
+/// axis: reduces one axis of any stride, no parameters (softmax, log_softmax, normalize); norm:
+/// reduces the trailing dims (layer_norm, rms_norm). See norm_ops.def.
+enum class NormKind : uint8_t { axis, norm };
+
+/// softmax forward's optional mask, broadcast to the input (torch rules): `boolean` excludes the
+/// elements where the mask is true (torch._masked_softmax; a row with every element excluded
+/// gives zeros), `additive` computes softmax(x + mask) in f32 (a mask of the input's dtype;
+/// -inf excludes; a row with every element -inf gives NaN, as torch's softmax does).
+enum class NormMask : uint8_t { none, boolean, additive };
+
+/// One row of norm_ops.def.
+struct NormOpInfo {
+  NormOp op;
+  const char* name;
+  NormKind kind;
+  DTypeSet fw_dtypes;
+  DTypeSet bw_dtypes;
+  const char* params;    ///< "", "weight" or "weight,bias"
+  const char* bw_reads;  ///< "output" or "input,mean,rstd" ...
+  double tol;
+  bool bw_reads_output() const;  ///< softmax/log_softmax: the backward reads y, not x
+  bool takes_bias() const;
+  bool takes_weight() const;
+  bool saves_mean() const;  ///< layer_norm: mean and rstd; rms_norm: rstd only
+};
+
+std::span<const NormOpInfo> norm_ops();
+const NormOpInfo& info(NormOp op);
+std::optional<NormOp> norm_op_from_name(std::string_view name);
+
+/// dtype of the saved statistics (mean, rstd) and of the parameter-gradient partial sums:
+/// f64 for f64 inputs, f32 otherwise.
+DType norm_stats_dtype(DType dtype);
+
+struct NormDesc {
+  NormOp op = NormOp::softmax;
+  Direction direction = Direction::Forward;
+  DType dtype = DType::f32;        ///< x, y, residual, grad_output, grad_input
+  DType param_dtype = DType::f32;  ///< weight, bias and their gradients: dtype, or f32 for f16/bf16 inputs
+  Shape shape{};                   ///< x's shape
+  int axis = -1;                   ///< axis ops: the reduced dim (negative counts from the end)
+  int norm_ndim = 1;               ///< layer/rms norm: number of trailing dims normalized
+  bool weight = false;             ///< norms: multiply by weight (normalized shape)
+  bool bias = false;               ///< layer_norm: add bias (normalized shape)
+  bool residual = false;           ///< forward norms: normalize x + residual and write that sum
+  double eps = 1e-5;               ///< norms: added to the variance / mean square; normalize: the
+                                   ///< norm's floor (torch's 1e-12); finite, >= 0
+  NormMask mask = NormMask::none;  ///< softmax forward only (its backward is softmax's, on y)
+  Shape mask_shape{};              ///< broadcasts to `shape`
+
+  static NormDesc softmax(DType dt, const Shape& shape, int axis, bool log = false, Direction dir = Direction::Forward);
+  static NormDesc layer_norm(DType dt, const Shape& shape, int norm_ndim, bool weight, bool bias, double eps,
+                             Direction dir = Direction::Forward);
+  static NormDesc rms_norm(DType dt, const Shape& shape, int norm_ndim, bool weight, double eps,
+                           Direction dir = Direction::Forward);
+  /// F.normalize with p = 2: x / max(||x||_2, eps) along `axis`.
+  static NormDesc normalize(DType dt, const Shape& shape, int axis, double eps = 1e-12,
+                            Direction dir = Direction::Forward);
+};
+
+/// Per-call tensors. Which ones a call uses depends on op and direction (unused ones stay
+/// default-constructed; an optional output with a null pointer is not written):
+///
+/// | op / direction   | inputs                                   | outputs                                  |
+/// | softmax fw       | x, [mask]                                | out (= y)                                |
+/// | softmax bw       | dy, y                                    | out (= dx)                               |
+/// | normalize fw/bw  | x / dy, x                                | out (= y / dx)                           |
+/// | norm fw          | x, [residual], [weight], [bias]          | out (= y), [residual_out], [save_mean], [save_rstd]
+/// | | norm bw          | dy, x, mean (layer_norm), rstd, [weight] | out (= dx), [dweight], [dbias]           |
+///
+/// Statistics are dense tensors of norm_stats_dtype() with one element per row (any shape of
+/// that many elements, e.g. torch's [*batch, 1]). Parameters and their gradients are dense with
+/// the normalized shape.
+struct NormArgs {
+  TensorRef x;
+  TensorRef mask;
+  TensorRef residual;
+  TensorRef weight;
+  TensorRef bias;
+  TensorRef dy;
+  TensorRef y;
+  TensorRef mean;
+  TensorRef rstd;
+  TensorMut out;
+  TensorMut residual_out;
+  TensorMut save_mean;
+  TensorMut save_rstd;
+  TensorMut dweight;
+  TensorMut dbias;
+};
+
+class NormPlan {
+ public:
+  /// Validates the descriptor and chooses the row mapping (threads per row, register-resident
+  /// or streaming). Honours `pref`: backend other than Any/Native, tf32=Require and
+  /// reduced_precision_reduction=Require are refused; the kernels are deterministic and
+  /// bit-stable (the launch shape depends on the problem only, never on the SM count);
+  /// vectorized=Forbid disables the 16-byte path.
+  static Result<NormPlan> select(const Target& target, const NormDesc& desc, const PlanPreference& pref = {});
+  /// Backward with dweight/dbias: the per-slot partial sums; 0 otherwise.
+  size_t workspace_size() const { return workspace_bytes_; }
+  Result<void> can_implement(const NormArgs& args) const;
+  /// Enqueues on `stream`; never allocates or synchronizes.
+  Result<void> run(cudaStream_t stream, Workspace ws, const NormArgs& args) const;
+  const KernelSku& sku() const { return sku_; }
+  const PrecisionGuarantee& precision() const { return sku_.precision; }
+  const NormDesc& desc() const { return desc_; }
+  int64_t rows() const { return rows_; }
+  int64_t row_length() const { return n_; }
+  /// The variant run() takes for these tensors: "<rows>-<registers|streaming>-<vec16|scalar>",
+  /// e.g. "warp-registers-vec16", "cta-streaming-scalar", or "empty".
+  std::string layout_for(const NormArgs& args) const;
+
+  // The launch shape, fixed at select (a function of the problem only).
+  struct Config {
+    int tpr = 32;        ///< threads per row (power of two, 1..512)
+    int block = 128;     ///< threads per CTA
+    bool big = false;    ///< the large per-thread item count (see kernels)
+    int items = 8;       ///< elements per thread per chunk
+    bool cached = true;  ///< the row stays in registers between passes
+    int slots = 0;       ///< backward parameter gradients: partial-sum rows (0 = none)
+  };
+  const Config& config() const { return cfg_; }
+
+ private:
+  NormDesc desc_;
+  KernelSku sku_;
+  Config cfg_;
+  int64_t rows_ = 0, n_ = 0;
+  size_t workspace_bytes_ = 0;
+  bool allow_vectorized_ = true;
+};
+
+/// One-line convenience: select (cached per thread by descriptor) and run.
+Result<void> norm(cudaStream_t stream, const NormDesc& desc, const NormArgs& args, Workspace ws = {},
+                  const PlanPreference& pref = {});
+
+}  // namespace baracuda

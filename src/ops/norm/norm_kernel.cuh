@@ -1,0 +1,803 @@
+// The row-reduction engine of the softmax/normalization family: ONE kernel template for
+// softmax, log_softmax, layer_norm and rms_norm, forward and backward, parameterized by a small
+// op struct (what a pass reduces, how partial results merge, what an element becomes).
+//
+// A group of `tpr` threads (1..512, a power of two) owns a row. Each thread holds `kItems`
+// elements of a chunk (kItems / kVec vectors, vector c of lane l at column (l + c * tpr) * kVec,
+// so a group's loads are contiguous). When the row fits in one chunk it is loaded once and
+// stays in registers for every pass and the output ("registers": one read + one write of the
+// tensor); longer rows are streamed chunk by chunk per pass ("streaming": softmax merges
+// (max, sum) online so its statistics take one read). Group reductions use shuffles, plus one
+// shared-memory step in fixed order when a group spans several warps, so every thread of the
+// group ends with the same bits and results do not depend on the SM count.
+//
+// Parameter gradients (dweight, dbias): the row loop is a fixed partition of the rows into
+// `slots` (a function of the problem only); each slot sums its rows' contributions in a fixed
+// order (registers, or read-modify-write of its own workspace row when streaming) and a second
+// kernel sums the slots column by column in a fixed order: deterministic, no atomics.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cuda/std/limits>
+
+#include "kernels/common/dtype_traits.cuh"
+#include "ops/norm/norm_launch.hpp"
+
+namespace baracuda::kern::norm {
+
+using detail::kNumSlots;
+using detail::NormLaunch;
+
+template <class M>
+struct Acc {
+  M a, b;
+};
+/// Per-row values the passes produce: softmax (max, 1/sum or log(sum)); norms (mean, rstd);
+/// backward (c1, c2) = the row means the gradient formula needs.
+template <class M>
+struct St {
+  M mean, rstd, c1, c2;
+};
+
+__device__ __forceinline__ float bexp(float x) { return expf(x); }
+__device__ __forceinline__ double bexp(double x) { return exp(x); }
+__device__ __forceinline__ float blog(float x) { return logf(x); }
+__device__ __forceinline__ double blog(double x) { return log(x); }
+__device__ __forceinline__ float brsqrt(float x) { return rsqrtf(x); }
+__device__ __forceinline__ double brsqrt(double x) { return rsqrt(x); }
+__device__ __forceinline__ float bsqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double bsqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float bmax(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double bmax(double a, double b) { return fmax(a, b); }
+template <class M>
+__device__ __forceinline__ M neg_inf() {
+  return -cuda::std::numeric_limits<M>::infinity();
+}
+
+// ---- the ops -------------------------------------------------------------------------------------
+// Each op: kIn (tensors read per element), kPasses (group reductions before the output), flags
+// for what it reads/writes, identity/merge of its accumulator, thread_pass (reduce this thread's
+// valid items of a chunk), finish (turn a reduced pass into row values), out (an element).
+
+/// softmax / log_softmax forward: one pass of (max, sum of exp(x - max)), merged online.
+template <bool kLog>
+struct SoftmaxFw {
+  static constexpr NormOp kOp = kLog ? NormOp::log_softmax : NormOp::softmax;
+  static constexpr Direction kDir = Direction::Forward;
+  static constexpr int kIn = 1, kPasses = 1;
+  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
+                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
+  static constexpr bool kMaskable = !kLog;
+  template <class M>
+  __device__ static Acc<M> identity() {
+    return {neg_inf<M>(), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
+    const M m = bmax(x.a, y.a);
+    if (m == neg_inf<M>()) return {m, x.b + y.b};
+    return {m, x.b * bexp(x.a - m) + y.b * bexp(y.a - m)};
+  }
+  template <class M, int K, int V>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
+                                       const St<M>&) {
+    M m = neg_inf<M>();
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (ok[i / V]) m = bmax(m, v[0][i]);
+    M s = 0;
+    if (m != neg_inf<M>()) {  // else every valid item is -inf (or there are none): no mass here
+#pragma unroll
+      for (int i = 0; i < K; ++i)
+        if (ok[i / V]) s += bexp(v[0][i] - m);
+    }
+    return {m, s};
+  }
+  template <class M>
+  __device__ static void finish(int, const Acc<M>& acc, St<M>& st, M, M) {
+    st.mean = acc.a;                              // row max
+    st.rstd = kLog ? blog(acc.b) : M(1) / acc.b;  // log(sum) or 1/sum
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
+    if constexpr (kLog) {
+      return (x[0] - st.mean) - st.rstd;
+    } else {
+      if (st.c1 != M(0) && st.mean == neg_inf<M>()) return M(0);  // a boolean mask excluded the whole row
+      return bexp(x[0] - st.mean) * st.rstd;
+    }
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
+};
+
+/// layer_norm forward: pass 0 the mean, pass 1 the variance around it (two passes over the
+/// registers: exact centred variance, no Welford divisions per element).
+struct LayerNormFw {
+  static constexpr NormOp kOp = NormOp::layer_norm;
+  static constexpr Direction kDir = Direction::Forward;
+  static constexpr int kIn = 1, kPasses = 2;
+  static constexpr bool kW = true, kB = true, kResidual = true, kLoadMean = false, kLoadRstd = false, kSaveMean = true,
+                        kSaveRstd = true, kParamGrad = false;
+  static constexpr bool kMaskable = false;
+  template <class M>
+  __device__ static Acc<M> identity() {
+    return {M(0), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
+    return {x.a + y.a, x.b + y.b};
+  }
+  template <class M, int K, int V>
+  __device__ static Acc<M> thread_pass(int pass, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
+                                       const St<M>& st) {
+    M s = 0;
+    if (pass == 0) {
+#pragma unroll
+      for (int i = 0; i < K; ++i)
+        if (ok[i / V]) s += v[0][i];
+    } else {
+#pragma unroll
+      for (int i = 0; i < K; ++i)
+        if (ok[i / V]) {
+          const M d = v[0][i] - st.mean;
+          s += d * d;
+        }
+    }
+    return {s, M(0)};
+  }
+  template <class M>
+  __device__ static void finish(int pass, const Acc<M>& acc, St<M>& st, M n, M eps) {
+    if (pass == 0)
+      st.mean = acc.a / n;
+    else
+      st.rstd = brsqrt(acc.a / n + eps);
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M w, M b, const St<M>& st) {
+    return (x[0] - st.mean) * st.rstd * w + b;
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
+};
+
+/// rms_norm forward: one pass of the sum of squares.
+struct RmsNormFw {
+  static constexpr NormOp kOp = NormOp::rms_norm;
+  static constexpr Direction kDir = Direction::Forward;
+  static constexpr int kIn = 1, kPasses = 1;
+  static constexpr bool kW = true, kB = false, kResidual = true, kLoadMean = false, kLoadRstd = false,
+                        kSaveMean = false, kSaveRstd = true, kParamGrad = false;
+  static constexpr bool kMaskable = false;
+  template <class M>
+  __device__ static Acc<M> identity() {
+    return {M(0), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
+    return {x.a + y.a, x.b + y.b};
+  }
+  template <class M, int K, int V>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
+                                       const St<M>&) {
+    M s = 0;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (ok[i / V]) s += v[0][i] * v[0][i];
+    return {s, M(0)};
+  }
+  template <class M>
+  __device__ static void finish(int, const Acc<M>& acc, St<M>& st, M n, M eps) {
+    st.rstd = brsqrt(acc.a / n + eps);
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M w, M, const St<M>& st) {
+    return x[0] * st.rstd * w;
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
+};
+
+/// softmax backward: dx = y * (dy - sum(dy * y)); log_softmax: dx = dy - exp(y) * sum(dy).
+/// Inputs: dy, y.
+template <bool kLog>
+struct SoftmaxBw {
+  static constexpr NormOp kOp = kLog ? NormOp::log_softmax : NormOp::softmax;
+  static constexpr Direction kDir = Direction::Backward;
+  static constexpr int kIn = 2, kPasses = 1;
+  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
+                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
+  static constexpr bool kMaskable = false;
+  template <class M>
+  __device__ static Acc<M> identity() {
+    return {M(0), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
+    return {x.a + y.a, x.b + y.b};
+  }
+  template <class M, int K, int V>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
+                                       const St<M>&) {
+    M s = 0;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (ok[i / V]) s += kLog ? v[0][i] : v[0][i] * v[1][i];
+    return {s, M(0)};
+  }
+  template <class M>
+  __device__ static void finish(int, const Acc<M>& acc, St<M>& st, M, M) {
+    st.c1 = acc.a;
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
+    if constexpr (kLog)
+      return x[0] - bexp(x[1]) * st.c1;
+    else
+      return x[1] * (x[0] - st.c1);
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
+};
+
+/// layer_norm backward (inputs dy, x; saved mean, rstd): with g = dy * w and
+/// xhat = (x - mean) * rstd, dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
+/// dweight = sum over rows of dy * xhat, dbias = sum of dy.
+struct LayerNormBw {
+  static constexpr NormOp kOp = NormOp::layer_norm;
+  static constexpr Direction kDir = Direction::Backward;
+  static constexpr int kIn = 2, kPasses = 1;
+  static constexpr bool kW = true, kB = false, kResidual = false, kLoadMean = true, kLoadRstd = true, kSaveMean = false,
+                        kSaveRstd = false, kParamGrad = true;
+  static constexpr bool kMaskable = false;
+  template <class M>
+  __device__ static Acc<M> identity() {
+    return {M(0), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
+    return {x.a + y.a, x.b + y.b};
+  }
+  template <class M, int K, int V>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&w)[K],
+                                       const St<M>& st) {
+    M a = 0, b = 0;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (ok[i / V]) {
+        const M g = v[0][i] * w[i];
+        a += g;
+        b += g * ((v[1][i] - st.mean) * st.rstd);
+      }
+    return {a, b};
+  }
+  template <class M>
+  __device__ static void finish(int, const Acc<M>& acc, St<M>& st, M n, M) {
+    st.c1 = acc.a / n;
+    st.c2 = acc.b / n;
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M w, M, const St<M>& st) {
+    const M xhat = (x[1] - st.mean) * st.rstd;
+    return st.rstd * (x[0] * w - st.c1 - xhat * st.c2);
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&x)[kIn], const St<M>& st, M& gw, M& gb) {
+    gw += x[0] * ((x[1] - st.mean) * st.rstd);
+    gb += x[0];
+  }
+};
+
+/// rms_norm backward (inputs dy, x; saved rstd): xhat = x * rstd,
+/// dx = rstd * (g - xhat * mean(g * xhat)), dweight = sum of dy * xhat.
+struct RmsNormBw {
+  static constexpr NormOp kOp = NormOp::rms_norm;
+  static constexpr Direction kDir = Direction::Backward;
+  static constexpr int kIn = 2, kPasses = 1;
+  static constexpr bool kW = true, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = true,
+                        kSaveMean = false, kSaveRstd = false, kParamGrad = true;
+  static constexpr bool kMaskable = false;
+  template <class M>
+  __device__ static Acc<M> identity() {
+    return {M(0), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
+    return {x.a + y.a, x.b + y.b};
+  }
+  template <class M, int K, int V>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&w)[K],
+                                       const St<M>& st) {
+    M b = 0;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (ok[i / V]) b += v[0][i] * w[i] * (v[1][i] * st.rstd);
+    return {M(0), b};
+  }
+  template <class M>
+  __device__ static void finish(int, const Acc<M>& acc, St<M>& st, M n, M) {
+    st.c2 = acc.b / n;
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M w, M, const St<M>& st) {
+    return st.rstd * (x[0] * w - (x[1] * st.rstd) * st.c2);
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&x)[kIn], const St<M>& st, M& gw, M&) {
+    gw += x[0] * (x[1] * st.rstd);
+  }
+};
+
+/// F.normalize with p = 2 (forward): y = x / max(||x||, eps), as x * (1 / max(...)).
+struct NormalizeFw {
+  static constexpr NormOp kOp = NormOp::normalize;
+  static constexpr Direction kDir = Direction::Forward;
+  static constexpr int kIn = 1, kPasses = 1;
+  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
+                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
+  static constexpr bool kMaskable = false;
+  template <class M>
+  __device__ static Acc<M> identity() {
+    return {M(0), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
+    return {x.a + y.a, x.b + y.b};
+  }
+  template <class M, int K, int V>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
+                                       const St<M>&) {
+    M s = 0;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (ok[i / V]) s += v[0][i] * v[0][i];
+    return {s, M(0)};
+  }
+  template <class M>
+  __device__ static void finish(int, const Acc<M>& acc, St<M>& st, M, M eps) {
+    const M norm = bsqrt(acc.a);
+    // torch: x / clamp_min(norm, eps); a NaN norm stays NaN (the comparison would drop it).
+    st.rstd = norm != norm ? norm : M(1) / (norm > eps ? norm : eps);
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
+    return x[0] * st.rstd;
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
+};
+
+/// F.normalize backward (inputs dy, x): with d = max(||x||, eps),
+/// dx = dy / d - x * sum(dy * x) / d^3 while ||x|| > eps, else dy / eps (clamp_min's gradient).
+struct NormalizeBw {
+  static constexpr NormOp kOp = NormOp::normalize;
+  static constexpr Direction kDir = Direction::Backward;
+  static constexpr int kIn = 2, kPasses = 1;
+  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
+                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
+  static constexpr bool kMaskable = false;
+  template <class M>
+  __device__ static Acc<M> identity() {
+    return {M(0), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
+    return {x.a + y.a, x.b + y.b};
+  }
+  template <class M, int K, int V>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
+                                       const St<M>&) {
+    M a = 0, b = 0;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (ok[i / V]) {
+        a += v[1][i] * v[1][i];
+        b += v[0][i] * v[1][i];
+      }
+    return {a, b};
+  }
+  template <class M>
+  __device__ static void finish(int, const Acc<M>& acc, St<M>& st, M, M eps) {
+    const M norm = bsqrt(acc.a);
+    if (norm > eps) {
+      st.rstd = M(1) / norm;
+      st.c2 = acc.b * st.rstd * st.rstd * st.rstd;
+    } else {
+      st.rstd = M(1) / eps;
+      st.c2 = M(0);
+    }
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
+    return x[0] * st.rstd - x[1] * st.c2;
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
+};
+
+// ---- memory helpers --------------------------------------------------------------------------------
+/// kV consecutive elements (one 16-byte vector when kV > 1: the plan checked alignment and unit
+/// stride), or one element at a strided offset.
+template <int kV, class T, class M>
+__device__ __forceinline__ void load_elems(const T* p, int64_t off, M* dst) {
+  if constexpr (kV == 1) {
+    dst[0] = static_cast<M>(load_as_opmath(p[off]));
+  } else {
+    struct alignas(16) Vec {
+      T v[kV];
+    };
+    const Vec x = *reinterpret_cast<const Vec*>(p + off);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) dst[e] = static_cast<M>(load_as_opmath(x.v[e]));
+  }
+}
+template <int kV, class T, class M>
+__device__ __forceinline__ void store_elems(T* p, int64_t off, const M* src) {
+  if constexpr (kV == 1) {
+    p[off] = convert<T>(src[0]);
+  } else {
+    struct alignas(16) Vec {
+      T v[kV];
+    };
+    Vec x;
+#pragma unroll
+    for (int e = 0; e < kV; ++e) x.v[e] = convert<T>(src[e]);
+    *reinterpret_cast<Vec*>(p + off) = x;
+  }
+}
+/// kV parameters of storage type W at column j (dense; 16-byte aligned base when kV > 1).
+template <int kV, class W, class M>
+__device__ __forceinline__ void load_params_as(const void* base, int64_t j, M* dst) {
+  constexpr int kPer = (kV * int(sizeof(W)) > 16) ? 16 / int(sizeof(W)) : kV;
+  struct alignas(kPer * sizeof(W)) Chunk {
+    W v[kPer];
+  };
+  const Chunk* q = reinterpret_cast<const Chunk*>(static_cast<const W*>(base) + j);
+#pragma unroll
+  for (int k = 0; k < kV / kPer; ++k) {
+    const Chunk c = q[k];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) dst[k * kPer + e] = static_cast<M>(load_as_opmath(c.v[e]));
+  }
+}
+template <int kV, class T, class M>
+__device__ __forceinline__ void load_params(const void* base, bool f32, int64_t j, M* dst) {
+  if (f32)
+    load_params_as<kV, float>(base, j, dst);
+  else
+    load_params_as<kV, T>(base, j, dst);
+}
+
+/// Element offsets of row `row` in every slot (coalesced row dims, row-major). Unrolled over the
+/// dims so the launch struct stays in parameter space.
+__device__ __forceinline__ void row_offsets(const NormLaunch& p, int64_t row, int64_t (&base)[kNumSlots]) {
+#pragma unroll
+  for (int t = 0; t < kNumSlots; ++t) base[t] = 0;
+#pragma unroll
+  for (int d = detail::kNormMaxRowDims - 1; d >= 0; --d) {
+    if (d < p.row_ndim) {
+      const int64_t sz = p.row_size[d];
+      const int64_t i = row % sz;
+      row /= sz;
+#pragma unroll
+      for (int t = 0; t < kNumSlots; ++t) base[t] += i * p.row_stride[t][d];
+    }
+  }
+}
+
+/// Reduces `v` over a group of `tpr` threads; every thread of the group gets the same bits.
+/// Groups wider than a warp are a whole CTA (the plan launches one group per CTA then).
+template <class Op, class M>
+__device__ __forceinline__ Acc<M> group_reduce(Acc<M> v, int tpr, Acc<M>* smem) {
+  const int width = tpr < 32 ? tpr : 32;
+  for (int o = width / 2; o > 0; o >>= 1) {
+    const Acc<M> u{__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)};
+    v = Op::merge(v, u);
+  }
+  if (tpr <= 32) return v;
+  const int warp = threadIdx.x / 32;
+  __syncthreads();  // the previous reduction's readers are done with smem
+  if ((threadIdx.x & 31) == 0) smem[warp] = v;
+  __syncthreads();
+  Acc<M> r = smem[0];
+  for (int k = 1; k < tpr / 32; ++k) r = Op::merge(r, smem[k]);  // fixed order
+  return r;
+}
+
+// ---- the kernel ------------------------------------------------------------------------------------
+template <class T, class Op, int kItems, int kV>
+__global__ void __launch_bounds__(512) row_kernel(const NormLaunch p) {
+  using M = opmath_t<T>;
+  constexpr int kC = kItems / kV;
+  constexpr int kIn = Op::kIn;
+  __shared__ Acc<M> red[detail::kNormMaxTpr / 32];
+
+  const int tpr = p.tpr;
+  const int lane = threadIdx.x & (tpr - 1);
+  const int groups = blockDim.x / tpr;
+  const int g = threadIdx.x / tpr;
+  const int64_t n = p.n;
+  const int64_t chunk = int64_t(tpr) * kItems;
+  const bool cached = n <= chunk;
+  const M eps = static_cast<M>(p.eps);
+  const T* in0 = static_cast<const T*>(p.in[0]);
+  const T* in1 = static_cast<const T*>(p.in[1]);
+  T* out0 = static_cast<T*>(p.out[0]);
+  T* out1 = static_cast<T*>(p.out[1]);
+  const bool residual = Op::kResidual && in1 != nullptr;
+  const bool has_w = Op::kW && p.weight != nullptr;
+  const bool has_b = Op::kB && p.bias != nullptr;
+  const bool pgrad = Op::kParamGrad && p.slots > 0;
+  constexpr bool kWInReduce = Op::kDir == Direction::Backward;  // g = dy * w feeds the row sums
+  const bool masked = Op::kMaskable && p.mask != nullptr;
+  const int64_t slot = int64_t(blockIdx.x) * groups + g;
+  M* part_w = static_cast<M*>(p.partial);
+  // layer_norm reserves a second workspace half for dbias; rms_norm has none.
+  M* part_b = (Op::kOp == NormOp::layer_norm && part_w) ? part_w + int64_t(p.slots) * n : nullptr;
+
+  M gw[kItems], gb[kItems];  // this thread's parameter-gradient sums (register-resident rows)
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) gw[i] = gb[i] = M(0);
+  bool first = true;
+
+  for (int64_t r0 = int64_t(blockIdx.x) * groups; r0 < p.rows; r0 += int64_t(gridDim.x) * groups) {
+    const int64_t row = r0 + g;
+    const bool active = row < p.rows;
+    int64_t base[kNumSlots];
+    row_offsets(p, active ? row : 0, base);
+    St<M> st{M(0), M(0), M(0), M(0)};
+    if (active) {
+      if (Op::kLoadMean) st.mean = static_cast<const M*>(p.mean_in)[row];
+      if (Op::kLoadRstd) st.rstd = static_cast<const M*>(p.rstd_in)[row];
+    }
+    if (masked && p.mask_kind == NormMask::boolean) st.c1 = M(1);  // fully excluded rows give zeros
+    M v[kIn][kItems];
+    M w[kItems];  // weight of the loaded chunk where the reduction needs it (backward), else 1
+    bool ok[kC];
+
+    // Loads chunk `cb`. With a fused residual the first load of a chunk reads x and residual and
+    // writes their sum (rounded to T, as torch's x + residual is); later passes of a streamed row
+    // read that sum back, so in-place residual updates stay correct.
+    auto load = [&](int64_t cb, bool first_load) {
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        const int64_t j0 = cb + (int64_t(lane) + int64_t(c) * tpr) * kV;
+        ok[c] = active && j0 < n;
+        M* dst0 = &v[0][c * kV];
+        if (ok[c]) {
+          if (residual && !first_load) {
+            load_elems<kV>(out1, base[detail::kOut1] + j0 * p.col_stride[detail::kOut1], dst0);
+          } else {
+            load_elems<kV>(in0, base[detail::kIn0] + j0 * p.col_stride[detail::kIn0], dst0);
+            if (kIn == 2 || residual) {
+              M r[kV];
+              load_elems<kV>(in1, base[detail::kIn1] + j0 * p.col_stride[detail::kIn1],
+                             kIn == 2 ? &v[kIn - 1][c * kV] : r);
+              if (residual) {
+#pragma unroll
+                for (int e = 0; e < kV; ++e) dst0[e] = static_cast<M>(load_as_opmath(convert<T>(dst0[e] + r[e])));
+                if (out1) store_elems<kV>(out1, base[detail::kOut1] + j0 * p.col_stride[detail::kOut1], dst0);
+              }
+            }
+          }
+          if (masked) {  // scalar loads: masks are mostly broadcast (L1-resident) and one byte wide
+#pragma unroll
+            for (int e = 0; e < kV; ++e) {
+              const int64_t mo = base[detail::kMask] + (j0 + e) * p.col_stride[detail::kMask];
+              if (p.mask_kind == NormMask::boolean) {
+                if (static_cast<const uint8_t*>(p.mask)[mo] != 0) dst0[e] = neg_inf<M>();
+              } else {
+                dst0[e] += static_cast<M>(load_as_opmath(static_cast<const T*>(p.mask)[mo]));
+              }
+            }
+          }
+          if (has_w && kWInReduce) load_params<kV, T>(p.weight, p.param_f32, j0, &w[c * kV]);
+        }
+        if (!ok[c] || !has_w || !kWInReduce) {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) w[c * kV + e] = M(1);
+        }
+      }
+    };
+
+    // Writes the output of the loaded chunk `cb`; accumulates parameter gradients.
+    auto emit = [&](int64_t cb, bool first_row) {
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        if (!ok[c]) continue;
+        const int64_t j0 = cb + (int64_t(lane) + int64_t(c) * tpr) * kV;
+        M o[kV];
+        // Forward: the parameters are read here, not held through the reduction passes, which
+        // keeps registers (and so occupancy) for the row itself; they are L1/L2-resident.
+        M wv[kV], bv[kV];
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          wv[e] = w[c * kV + e];
+          bv[e] = M(0);
+        }
+        if (!kWInReduce && has_w) load_params<kV, T>(p.weight, p.param_f32, j0, wv);
+        if (has_b) load_params<kV, T>(p.bias, p.param_f32, j0, bv);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          const int i = c * kV + e;
+          M x[kIn];
+#pragma unroll
+          for (int t = 0; t < kIn; ++t) x[t] = v[t][i];
+          o[e] = Op::out(x, wv[e], bv[e], st);
+          if (pgrad) {
+            if (cached) {
+              Op::param_grad(x, st, gw[i], gb[i]);
+            } else {  // this slot's own workspace row: read-modify-write, no other writer
+              M pw = M(0), pb = M(0);
+              Op::param_grad(x, st, pw, pb);
+              const int64_t k = slot * n + j0 + e;
+              part_w[k] = first_row ? pw : part_w[k] + pw;
+              if (part_b) part_b[k] = first_row ? pb : part_b[k] + pb;
+            }
+          }
+        }
+        store_elems<kV>(out0, base[detail::kOut0] + j0 * p.col_stride[detail::kOut0], o);
+      }
+    };
+
+    if (cached) load(0, true);
+#pragma unroll 1
+    for (int pass = 0; pass < Op::kPasses; ++pass) {
+      Acc<M> acc = Op::template identity<M>();
+      if (cached) {
+        acc = Op::template thread_pass<M, kItems, kV>(pass, v, ok, w, st);
+      } else {
+        for (int64_t cb = 0; cb < n; cb += chunk) {
+          load(cb, pass == 0);
+          acc = Op::merge(acc, Op::template thread_pass<M, kItems, kV>(pass, v, ok, w, st));
+        }
+      }
+      acc = group_reduce<Op>(acc, tpr, red);
+      Op::finish(pass, acc, st, static_cast<M>(n), eps);
+    }
+    if (active && lane == 0) {
+      if (Op::kSaveMean && p.mean_out) static_cast<M*>(p.mean_out)[row] = st.mean;
+      if (Op::kSaveRstd && p.rstd_out) static_cast<M*>(p.rstd_out)[row] = st.rstd;
+    }
+    if (cached) {
+      emit(0, first);
+    } else {
+      for (int64_t cb = 0; cb < n; cb += chunk) {
+        load(cb, false);  // a fused residual sum is read back from residual_out
+        emit(cb, first);
+      }
+    }
+    if (active) first = false;
+  }
+
+  if (pgrad) {
+    if (cached) {
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        const int64_t j0 = (int64_t(lane) + int64_t(c) * tpr) * kV;
+        if (j0 >= n) continue;
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          part_w[slot * n + j0 + e] = gw[c * kV + e];
+          if (part_b) part_b[slot * n + j0 + e] = gb[c * kV + e];
+        }
+      }
+    } else if (first) {  // a slot with no rows still owes its zeros
+      for (int64_t j = lane; j < n; j += tpr) {
+        part_w[slot * n + j] = M(0);
+        if (part_b) part_b[slot * n + j] = M(0);
+      }
+    }
+  }
+}
+
+/// Second stage of the parameter gradients: dst[j] = sum over slots of partial[slot][j], in slot
+/// order split over 16 thread rows then summed in a fixed order. blockIdx.y: 0 weight, 1 bias.
+template <class M, class W>
+__global__ void __launch_bounds__(512) param_reduce_kernel(const M* partial, int slots, int64_t n, W* dw, W* db) {
+  __shared__ M sm[16][33];
+  W* dst = blockIdx.y ? db : dw;
+  if (dst == nullptr) return;  // uniform over the block
+  const M* src = partial + int64_t(blockIdx.y) * slots * n;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t j = int64_t(blockIdx.x) * 32 + tx;
+  M s = 0;
+  if (j < n)
+    for (int k = ty; k < slots; k += 16) s += src[int64_t(k) * n + j];
+  sm[ty][tx] = s;
+  __syncthreads();
+  if (ty == 0 && j < n) {
+    M t = 0;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) t += sm[k][tx];
+    dst[j] = convert<W>(t);
+  }
+}
+
+// ---- launch ----------------------------------------------------------------------------------------
+template <class T, class Op>
+cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
+  using M = opmath_t<T>;
+  constexpr int es = int(sizeof(T));
+  constexpr int kV = detail::norm_vec(es);
+  constexpr int kSmall = detail::norm_small_items(es);
+  constexpr int kBig = detail::norm_big_items(Op::kOp, Op::kDir, es);
+  const int groups = p.block / p.tpr;
+  int64_t ctas = (p.rows + groups - 1) / groups;
+  if (Op::kParamGrad && p.slots > 0) ctas = p.slots / groups;  // the fixed partition
+  if (ctas > (int64_t{1} << 30)) ctas = int64_t{1} << 30;      // the row loop covers the rest
+  const dim3 grid(static_cast<unsigned>(ctas));
+  // The scalar (strided) variant computes one 64-bit offset per element: at 32 items it spills,
+  // so it holds at most 16 (rows that no longer fit stream; the kernel decides per launch).
+  constexpr int kBigScalar = kBig < 16 ? kBig : 16;
+  if (p.big) {
+    if (p.vec)
+      row_kernel<T, Op, kBig, kV><<<grid, p.block, 0, stream>>>(p);
+    else
+      row_kernel<T, Op, kBigScalar, 1><<<grid, p.block, 0, stream>>>(p);
+  } else {
+    if (p.vec)
+      row_kernel<T, Op, kSmall, kV><<<grid, p.block, 0, stream>>>(p);
+    else
+      row_kernel<T, Op, kSmall, 1><<<grid, p.block, 0, stream>>>(p);
+  }
+  if constexpr (Op::kParamGrad) {
+    if (p.slots > 0 && (p.dweight || p.dbias)) {
+      const dim3 g2(static_cast<unsigned>((p.n + 31) / 32), 2);
+      const dim3 b2(32, 16);
+      const M* part = static_cast<const M*>(p.partial);
+      if (p.param_f32)
+        param_reduce_kernel<M, float>
+            <<<g2, b2, 0, stream>>>(part, p.slots, p.n, static_cast<float*>(p.dweight), static_cast<float*>(p.dbias));
+      else
+        param_reduce_kernel<M, T>
+            <<<g2, b2, 0, stream>>>(part, p.slots, p.n, static_cast<T*>(p.dweight), static_cast<T*>(p.dbias));
+    }
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace baracuda::kern::norm
+
+namespace baracuda::detail {
+
+template <DType D, Direction Dir>
+cudaError_t norm_launch(const NormLaunch& p, cudaStream_t stream) {
+  using T = kern::storage_t<D>;
+  namespace k = kern::norm;
+  if constexpr (Dir == Direction::Forward) {
+    switch (p.op) {
+      case NormOp::softmax:
+        return k::launch_rows<T, k::SoftmaxFw<false>>(p, stream);
+      case NormOp::log_softmax:
+        return k::launch_rows<T, k::SoftmaxFw<true>>(p, stream);
+      case NormOp::layer_norm:
+        return k::launch_rows<T, k::LayerNormFw>(p, stream);
+      case NormOp::rms_norm:
+        return k::launch_rows<T, k::RmsNormFw>(p, stream);
+      case NormOp::normalize:
+        return k::launch_rows<T, k::NormalizeFw>(p, stream);
+    }
+  } else {
+    switch (p.op) {
+      case NormOp::softmax:
+        return k::launch_rows<T, k::SoftmaxBw<false>>(p, stream);
+      case NormOp::log_softmax:
+        return k::launch_rows<T, k::SoftmaxBw<true>>(p, stream);
+      case NormOp::layer_norm:
+        return k::launch_rows<T, k::LayerNormBw>(p, stream);
+      case NormOp::rms_norm:
+        return k::launch_rows<T, k::RmsNormBw>(p, stream);
+      case NormOp::normalize:
+        return k::launch_rows<T, k::NormalizeBw>(p, stream);
+    }
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace baracuda::detail
+
+/// One translation unit per (dtype, direction) so the build parallelizes.
+#define BARACUDA_NORM_INSTANTIATE(D, DIR)                                                           \
+  template cudaError_t baracuda::detail::norm_launch<baracuda::DType::D, baracuda::Direction::DIR>( \
+      const baracuda::detail::NormLaunch&, cudaStream_t);

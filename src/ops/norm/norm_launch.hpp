@@ -1,0 +1,72 @@
+// What NormPlan::run hands to the kernels: a plain struct shared by the host plan (.cpp) and the
+// per-dtype kernel translation units (.cu). No CUDA types, so the plan compiles with a plain
+// C++ compiler.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "baracuda/ops/norm.hpp"
+
+namespace baracuda::detail {
+
+/// Tensor slots of a row kernel. Forward: in0 = x, in1 = residual, out0 = y, out1 = x + residual,
+/// mask = softmax's mask (broadcast strides). Backward: in0 = dy, in1 = y (softmax) or x (norms),
+/// out0 = dx.
+enum NormSlot : int { kIn0 = 0, kIn1 = 1, kOut0 = 2, kOut1 = 3, kMask = 4, kNumSlots = 5 };
+inline constexpr int kNormMaxRowDims = kMaxRank - 1;
+
+/// Elements per thread per chunk. "small" is one 16-byte vector (rows up to 32 vectors use
+/// sub-warp groups); "big" is what the register budget allows at 512 threads per CTA
+/// (__launch_bounds__(512) gives 128 registers a thread): 32 for the forward (the row only:
+/// parameters are read at the output), 16 for the backward (two streams plus the weight and the
+/// parameter-gradient sums), 8 for f64 (two registers an element).
+constexpr int norm_vec(int elem_bytes) { return 16 / elem_bytes; }
+constexpr int norm_small_items(int elem_bytes) { return norm_vec(elem_bytes); }
+constexpr int norm_big_items(NormOp, Direction dir, int elem_bytes) {
+  if (elem_bytes == 8) return 8;
+  return dir == Direction::Forward ? 32 : 16;
+}
+/// Most threads per row (one CTA per row) and most partial-sum slots for parameter gradients.
+inline constexpr int kNormMaxTpr = 512;
+inline constexpr int kNormMaxSlots = 512;
+
+struct NormLaunch {
+  NormOp op = NormOp::softmax;
+  int64_t rows = 0;  ///< product of the non-reduced dims
+  int64_t n = 0;     ///< row length (product of the reduced dims)
+  /// Row index -> element offset, per slot: the coalesced non-reduced dims (row-major).
+  int row_ndim = 0;
+  int64_t row_size[kNormMaxRowDims] = {};
+  int64_t row_stride[kNumSlots][kNormMaxRowDims] = {};
+  int64_t col_stride[kNumSlots] = {};  ///< stride of the reduced (merged) dim
+  const void* in[2] = {nullptr, nullptr};
+  const void* mask = nullptr;  ///< softmax forward: bool (uint8, nonzero = excluded) or additive (dtype)
+  NormMask mask_kind = NormMask::none;
+  void* out[2] = {nullptr, nullptr};
+  const void* weight = nullptr;  ///< dense, normalized shape (norms)
+  const void* bias = nullptr;
+  bool param_f32 = false;         ///< weight/bias/dweight/dbias are f32 (mixed precision) instead of dtype
+  const void* mean_in = nullptr;  ///< backward: saved stats (stats dtype), one per row
+  const void* rstd_in = nullptr;
+  void* mean_out = nullptr;  ///< forward norms: stats to save (optional)
+  void* rstd_out = nullptr;
+  void* dweight = nullptr;  ///< backward: parameter gradients (optional)
+  void* dbias = nullptr;
+  void* partial = nullptr;  ///< workspace: [2][slots][n] stats-dtype partial sums
+  int slots = 0;
+  double eps = 0;
+  // Launch shape (NormPlan::Config).
+  int tpr = 32;
+  int block = 128;
+  bool big = false;
+  bool vec = false;
+};
+
+using NormLaunchFn = cudaError_t (*)(const NormLaunch& p, cudaStream_t stream);
+
+/// The launcher of one (dtype, direction); explicitly instantiated in norm_<dtype>_<dir>.cu.
+template <DType D, Direction Dir>
+cudaError_t norm_launch(const NormLaunch& p, cudaStream_t stream);
+
+}  // namespace baracuda::detail

@@ -1,0 +1,762 @@
+// NormPlan: descriptor validation, launch shape, argument checks and the launch of the
+// softmax/normalization family (kernels: norm_kernel.cuh).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "baracuda/ops/norm.hpp"
+#include "core/impl_list.hpp"
+#include "ops/norm/norm_launch.hpp"
+
+namespace baracuda {
+
+// ---- the table -------------------------------------------------------------------------------
+namespace {
+const NormOpInfo kOps[] = {
+#define BARACUDA_NORM(name, kind, fw, bw, params, reads, tol) \
+  {NormOp::name, #name, NormKind::kind, DTypeSet(fw), DTypeSet(bw), params, reads, tol},
+#include "baracuda/ops/norm_ops.def"
+#undef BARACUDA_NORM
+};
+
+Error invalid(std::string msg) { return make_error(Status::InvalidProblem, std::move(msg)); }
+Error unsupported(std::string msg) { return make_error(Status::Unsupported, std::move(msg)); }
+
+std::string dtype_list(DTypeSet set) {
+  std::string out;
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (!contains(set, static_cast<DType>(i))) continue;
+    if (!out.empty()) out += ", ";
+    out += name(static_cast<DType>(i));
+  }
+  return out.empty() ? "none" : out;
+}
+
+std::string op_label(const NormDesc& d) {
+  return std::string(info(d.op).name) + (d.direction == Direction::Backward ? "_backward" : "");
+}
+/// One reduced axis, no parameters (softmax, log_softmax, normalize).
+bool is_softmax(NormOp op) { return info(op).kind == NormKind::axis; }
+std::string dname(DType t) { return std::string(name(t)); }
+}  // namespace
+
+std::span<const NormOpInfo> norm_ops() { return kOps; }
+const NormOpInfo& info(NormOp op) { return kOps[static_cast<int>(op)]; }
+std::optional<NormOp> norm_op_from_name(std::string_view n) {
+  for (const auto& r : kOps)
+    if (n == r.name) return r.op;
+  return std::nullopt;
+}
+bool NormOpInfo::takes_weight() const { return std::strstr(params, "weight") != nullptr; }
+bool NormOpInfo::takes_bias() const { return std::strstr(params, "bias") != nullptr; }
+bool NormOpInfo::saves_mean() const { return std::strstr(bw_reads, "mean") != nullptr; }
+bool NormOpInfo::bw_reads_output() const { return std::strstr(bw_reads, "output") != nullptr; }
+DType norm_stats_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+// ---- descriptor ------------------------------------------------------------------------------------
+NormDesc NormDesc::softmax(DType dt, const Shape& shape, int axis, bool log, Direction dir) {
+  NormDesc d;
+  d.op = log ? NormOp::log_softmax : NormOp::softmax;
+  d.direction = dir;
+  d.dtype = d.param_dtype = dt;
+  d.shape = shape;
+  d.axis = axis;
+  return d;
+}
+NormDesc NormDesc::layer_norm(DType dt, const Shape& shape, int norm_ndim, bool weight, bool bias, double eps,
+                              Direction dir) {
+  NormDesc d;
+  d.op = NormOp::layer_norm;
+  d.direction = dir;
+  d.dtype = d.param_dtype = dt;
+  d.shape = shape;
+  d.norm_ndim = norm_ndim;
+  d.weight = weight;
+  d.bias = bias;
+  d.eps = eps;
+  return d;
+}
+NormDesc NormDesc::normalize(DType dt, const Shape& shape, int axis, double eps, Direction dir) {
+  NormDesc d = softmax(dt, shape, axis, false, dir);
+  d.op = NormOp::normalize;
+  d.eps = eps;
+  return d;
+}
+NormDesc NormDesc::rms_norm(DType dt, const Shape& shape, int norm_ndim, bool weight, double eps, Direction dir) {
+  NormDesc d = layer_norm(dt, shape, norm_ndim, weight, false, eps, dir);
+  d.op = NormOp::rms_norm;
+  return d;
+}
+
+// ---- select ------------------------------------------------------------------------------------------
+namespace {
+/// The reduced dims [lo, hi) of the descriptor's shape (softmax: the axis; norms: the trailing
+/// norm_ndim dims). A 0-dim softmax input reduces nothing: one row of one element.
+void reduced_range(const NormDesc& d, int* lo, int* hi) {
+  if (is_softmax(d.op)) {
+    if (d.shape.rank == 0) {
+      *lo = *hi = 0;
+      return;
+    }
+    const int a = d.axis < 0 ? d.axis + d.shape.rank : d.axis;
+    *lo = a;
+    *hi = a + 1;
+  } else {
+    *lo = d.shape.rank - d.norm_ndim;
+    *hi = d.shape.rank;
+  }
+}
+
+Result<void> check_desc(const NormDesc& d) {
+  const auto& in = info(d.op);
+  const std::string label = op_label(d);
+  if (d.shape.rank < 0 || d.shape.rank > kMaxRank)
+    return invalid(label + ": input rank expected 0..8, got " + std::to_string(d.shape.rank));
+  for (int i = 0; i < d.shape.rank; ++i)
+    if (d.shape.dims[i] < 0) return invalid(label + ": negative size in input shape " + d.shape.str());
+  if (in.kind == NormKind::axis) {
+    const int r = std::max(d.shape.rank, 1);  // torch: a 0-dim input takes dim 0 or -1
+    if (d.axis < -r || d.axis >= r)
+      return invalid(label + ": axis expected in [" + std::to_string(-r) + ", " + std::to_string(r) + ") for a rank-" +
+                     std::to_string(d.shape.rank) + " input, got " + std::to_string(d.axis));
+    if (d.mask != NormMask::none) {
+      if (d.op != NormOp::softmax)
+        return unsupported(label + ": a mask is supported by softmax only (masked log_softmax is not built)");
+      if (d.direction == Direction::Backward)
+        return invalid(label +
+                       ": mask expected none for the backward (softmax's backward on its output is the "
+                       "masked softmax's backward), got a mask");
+      if (d.mask_shape.rank < 0 || d.mask_shape.rank > std::max(d.shape.rank, 0))
+        return invalid(label + ": mask rank expected 0.." + std::to_string(d.shape.rank) + ", got " +
+                       std::to_string(d.mask_shape.rank));
+      for (int i = 0; i < d.mask_shape.rank; ++i) {
+        const int64_t m = d.mask_shape.dims[i], x = d.shape.dims[d.shape.rank - d.mask_shape.rank + i];
+        if (m != 1 && m != x)
+          return invalid(label + ": mask shape " + d.mask_shape.str() + " does not broadcast to the input shape " +
+                         d.shape.str());
+      }
+    }
+    if (d.op == NormOp::normalize && (!std::isfinite(d.eps) || d.eps < 0))
+      return invalid(label + ": eps expected finite and >= 0, got " + std::to_string(d.eps));
+    if (d.weight || d.bias || d.residual)
+      return invalid(
+          label + ": " + in.name + " takes no weight, bias or residual (expected weight=bias=residual=false, got " +
+          std::string(d.weight ? "weight " : "") + (d.bias ? "bias " : "") + (d.residual ? "residual" : "") + ")");
+    return {};
+  }
+  if (d.mask != NormMask::none) return invalid(label + ": " + in.name + " takes no mask (expected mask=none)");
+  if (d.norm_ndim < 1 || d.norm_ndim > d.shape.rank)
+    return invalid(label + ": norm_ndim (len(normalized_shape)) expected in [1, " + std::to_string(d.shape.rank) +
+                   "] for input shape " + d.shape.str() + ", got " + std::to_string(d.norm_ndim));
+  if (!std::isfinite(d.eps) || d.eps < 0)
+    return invalid(label + ": eps expected finite and >= 0, got " + std::to_string(d.eps));
+  if (d.bias && !in.takes_bias())
+    return invalid(label + ": " + in.name + " takes no bias (expected bias=false, got true)");
+  if (d.residual && d.direction == Direction::Backward)
+    return invalid(label + ": residual expected false for the backward (pass the summed residual as x), got true");
+  return {};
+}
+
+Result<void> native_accepts(const Target& target, const NormDesc& d, const PlanPreference& pref) {
+  const auto& in = info(d.op);
+  const std::string label = op_label(d);
+  const bool bw = d.direction == Direction::Backward;
+  if (pref.backend != Backend::Any && pref.backend != Backend::Native)
+    return unsupported(label + ": preference backend=" + to_string(pref.backend) +
+                       " cannot be honoured (softmax/normalization has only the native backend)");
+  if (pref.tf32 == Tristate::Require)
+    return unsupported(label + ": preference tf32=Require cannot be honoured (no TF32 mode in row reductions)");
+  if (pref.reduced_precision_reduction == Tristate::Require)
+    return unsupported(label +
+                       ": preference reduced_precision_reduction=Require cannot be honoured "
+                       "(statistics accumulate in f32, f64 for f64)");
+  if (target.sm < 80)
+    return unsupported(label + ": target sm_" + std::to_string(target.sm) + " is below the minimum sm_80");
+  const DTypeSet allowed = bw ? in.bw_dtypes : in.fw_dtypes;
+  if (!contains(allowed, d.dtype))
+    return unsupported(label + ": dtype expected one of {" + dtype_list(allowed) + "}, got " + dname(d.dtype));
+  if (d.weight || d.bias) {
+    const bool mixed_ok = (d.dtype == DType::f16 || d.dtype == DType::bf16) && d.param_dtype == DType::f32;
+    if (d.param_dtype != d.dtype && !mixed_ok)
+      return unsupported(label + ": param_dtype expected " + dname(d.dtype) +
+                         (d.dtype == DType::f16 || d.dtype == DType::bf16 ? " or float32" : "") + " for " +
+                         dname(d.dtype) + " inputs, got " + dname(d.param_dtype));
+  }
+  return {};
+}
+
+struct NormImpl {
+  const char* name;
+  Result<void> (*accepts)(const Target&, const NormDesc&, const PlanPreference&);
+};
+constexpr NormImpl kNormImpls[] = {{"native-rows", native_accepts}};
+
+int pow2_at_least(int64_t v) {
+  int p = 1;
+  while (p < v && p < detail::kNormMaxTpr) p <<= 1;
+  return p;
+}
+}  // namespace
+
+Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, const PlanPreference& pref) {
+  if (static_cast<size_t>(desc.op) >= std::size(kOps))
+    return invalid("norm: op id " + std::to_string(static_cast<int>(desc.op)) + " is out of range");
+  BARACUDA_TRY(check_desc(desc));
+  const std::string label = op_label(desc);
+  auto impl = detail::first_accepting<NormImpl>(label, kNormImpls, target, desc, pref);
+  if (!impl) return impl.error();
+
+  NormPlan p;
+  p.desc_ = desc;
+  if (!(desc.weight || desc.bias)) p.desc_.param_dtype = desc.dtype;  // unused: keep descriptors comparable
+  p.allow_vectorized_ = pref.vectorized != Tristate::Forbid;
+  int lo = 0, hi = 0;
+  reduced_range(desc, &lo, &hi);
+  p.n_ = 1;
+  p.rows_ = 1;
+  for (int i = 0; i < desc.shape.rank; ++i) (i >= lo && i < hi ? p.n_ : p.rows_) *= desc.shape.dims[i];
+
+  // Launch shape: a function of (op, direction, dtype, row length) only, so results do not
+  // depend on the device (bit-stable). Rows of up to 32 vectors take a sub-warp or warp group
+  // holding one vector a thread; rows that fit 512 threads x the big item count stay in
+  // registers with a group of up to 512 threads (one CTA); longer rows stream.
+  const bool bw = desc.direction == Direction::Backward;
+  const int es = size_in_bytes(desc.dtype);
+  const int small = detail::norm_small_items(es);
+  const int big = detail::norm_big_items(desc.op, desc.direction, es);
+  Config& c = p.cfg_;
+  const int64_t n = p.n_;
+  if (n <= int64_t{32} * small) {
+    c.big = false;
+    c.items = small;
+    c.tpr = pow2_at_least((n + small - 1) / small);
+  } else {
+    c.big = true;
+    c.items = big;
+    c.tpr = pow2_at_least((n + big - 1) / big);
+  }
+  c.cached = n <= int64_t{c.tpr} * c.items;
+  c.block = c.tpr > 32 ? c.tpr : 128;
+  const int groups = c.block / c.tpr;
+
+  p.sku_.category = "norm";
+  p.sku_.op = label;
+  const bool params = desc.weight || desc.bias;
+  p.sku_.dtypes = dname(desc.dtype) +
+                  (params && p.desc_.param_dtype != desc.dtype ? "," + dname(p.desc_.param_dtype) : "") + "->" +
+                  dname(desc.dtype);
+  p.sku_.arch = target.sm >= 90 ? "sm_90a" : "sm_80";
+  p.sku_.backend = Backend::Native;
+  p.sku_.layout = std::string(c.tpr > 32 ? "cta" : (c.tpr == 32 ? "warp" : "subwarp")) +
+                  "-rows(tpr=" + std::to_string(c.tpr) + ")-" + (c.cached ? "registers" : "streaming") +
+                  (p.allow_vectorized_ ? "" : " (vectorization forbidden)");
+  const DType stats = norm_stats_dtype(desc.dtype);
+  p.sku_.precision.math = stats;
+  p.sku_.precision.accumulator = stats;
+  p.sku_.precision.deterministic = true;
+  p.sku_.precision.bit_stable = true;
+  switch (desc.op) {
+    case NormOp::softmax:
+    case NormOp::log_softmax:
+      p.sku_.precision.note = bw ? "row sum in fixed order" : "online (max, sum exp) merge, exp via expf";
+      if (desc.mask == NormMask::boolean) p.sku_.precision.note += "; boolean mask (true = excluded, empty rows 0)";
+      if (desc.mask == NormMask::additive) p.sku_.precision.note += "; additive mask added in f32";
+      break;
+    case NormOp::layer_norm:
+      p.sku_.precision.note = bw ? "dweight/dbias: two-stage fixed-order reduction" : "two-pass centred variance";
+      break;
+    case NormOp::rms_norm:
+      p.sku_.precision.note = bw ? "dweight: two-stage fixed-order reduction" : "mean of squares";
+      break;
+    case NormOp::normalize:
+      p.sku_.precision.note = "p=2: x / max(sqrt(sum x^2), eps)";
+      break;
+  }
+
+  // Backward parameter gradients: a fixed partition of the rows into slots (multiple of the
+  // groups per CTA), each with a workspace row of partial sums. Fewer slots for very long rows
+  // bound the workspace (at most 2^26 partial elements per gradient).
+  if (bw && params) {
+    int64_t slots = std::min<int64_t>(std::max<int64_t>(p.rows_, 1), detail::kNormMaxSlots);
+    while (slots > groups && slots * std::max<int64_t>(n, 1) > (int64_t{1} << 26)) slots /= 2;
+    slots = (slots + groups - 1) / groups * groups;
+    c.slots = static_cast<int>(slots);
+    const size_t per = static_cast<size_t>(slots) * static_cast<size_t>(n) * static_cast<size_t>(size_in_bytes(stats));
+    const size_t halves = desc.op == NormOp::layer_norm ? 2 : 1;
+    p.workspace_bytes_ = (per * halves + 255) / 256 * 256;
+    p.sku_.epilogue = "param-grad partials (" + std::to_string(slots) + " slots)";
+  }
+  return p;
+}
+
+// ---- argument checks -----------------------------------------------------------------------------
+namespace {
+struct Operand {
+  const char* role;
+  const void* data;
+  DType dtype;
+  const Layout* layout;
+  bool is_output;
+  bool main;  ///< has the input's shape (elementwise-aligned with x)
+};
+
+bool given(const TensorRef& t) { return t.data != nullptr || t.layout.rank != 0; }
+bool given(const TensorMut& t) { return t.data != nullptr || t.layout.rank != 0; }
+
+/// Byte range [lo, hi) the tensor can touch; fails on negative strides or int64 overflow.
+Result<void> byte_range(const std::string& label, const Operand& o, uintptr_t* lo, uintptr_t* hi) {
+  const Layout& l = *o.layout;
+  int64_t span = 0;
+  for (int d = 0; d < l.rank; ++d) {
+    if (l.stride[d] < 0)
+      return invalid(label + ": " + o.role + " stride[" + std::to_string(d) + "] expected >= 0, got " +
+                     std::to_string(l.stride[d]) + " (negative strides are not supported)");
+    if (l.shape[d] == 0) {
+      *lo = *hi = 0;
+      return {};
+    }
+    int64_t t;
+    if (__builtin_mul_overflow(l.shape[d] - 1, l.stride[d], &t) || __builtin_add_overflow(span, t, &span))
+      return invalid(label + ": " + o.role + " footprint overflows 64 bits (shape " + l.shape_str() + ", strides " +
+                     l.stride_str() + ")");
+  }
+  int64_t bytes;
+  if (__builtin_mul_overflow(span + 1, static_cast<int64_t>(size_in_bytes(o.dtype)), &bytes))
+    return invalid(label + ": " + o.role + " footprint overflows 64 bits");
+  *lo = reinterpret_cast<uintptr_t>(o.data);
+  *hi = *lo + static_cast<uintptr_t>(bytes);
+  return {};
+}
+
+bool same_view(const Operand& a, const Operand& b) {
+  if (a.data != b.data || a.dtype != b.dtype || a.layout->rank != b.layout->rank) return false;
+  for (int d = 0; d < a.layout->rank; ++d) {
+    if (a.layout->shape[d] != b.layout->shape[d]) return false;
+    if (a.layout->shape[d] != 1 && a.layout->stride[d] != b.layout->stride[d]) return false;
+  }
+  return true;
+}
+
+/// The stride of the reduced dims [lo, hi) merged into one, or -1 when they do not merge.
+int64_t merged_stride(const Layout& l, int lo, int hi) {
+  int64_t stride = -2, expect = 0;
+  for (int d = hi - 1; d >= lo; --d) {
+    if (l.shape[d] == 1) continue;
+    if (stride == -2) {
+      stride = l.stride[d];
+      expect = l.stride[d] * l.shape[d];
+      continue;
+    }
+    if (l.stride[d] != expect) return -1;
+    expect *= l.shape[d];
+  }
+  return stride == -2 ? 1 : stride;
+}
+
+/// The main tensors in kernel slot order (in0, in1, out0, out1); null where unused.
+std::array<const Layout*, detail::kNumSlots> slot_layouts(const NormDesc& d, const NormArgs& a,
+                                                          std::array<const void*, detail::kNumSlots>* ptrs) {
+  std::array<const Layout*, detail::kNumSlots> s{};
+  (*ptrs) = {};
+  auto put = [&](int k, const void* p, const Layout& l) {
+    s[k] = &l;
+    (*ptrs)[k] = p;
+  };
+  if (d.direction == Direction::Forward) {
+    put(detail::kIn0, a.x.data, a.x.layout);
+    if (d.residual) {
+      put(detail::kIn1, a.residual.data, a.residual.layout);
+      put(detail::kOut1, a.residual_out.data, a.residual_out.layout);
+    }
+  } else {
+    put(detail::kIn0, a.dy.data, a.dy.layout);
+    if (info(d.op).bw_reads_output())
+      put(detail::kIn1, a.y.data, a.y.layout);
+    else
+      put(detail::kIn1, a.x.data, a.x.layout);
+  }
+  put(detail::kOut0, a.out.data, a.out.layout);
+  return s;
+}
+}  // namespace
+
+Result<void> NormPlan::can_implement(const NormArgs& a) const {
+  const std::string label = op_label(desc_);
+  const bool bw = desc_.direction == Direction::Backward;
+  const bool softmax = is_softmax(desc_.op);
+  const DType stats = norm_stats_dtype(desc_.dtype);
+  int lo = 0, hi = 0;
+  reduced_range(desc_, &lo, &hi);
+
+  // Tensors that must not be given for this descriptor: refused rather than ignored.
+  auto must_not = [&](bool present, const char* role, const char* why) -> Result<void> {
+    if (present) return invalid(label + ": " + role + " given but " + why);
+    return {};
+  };
+  BARACUDA_TRY(must_not(given(a.mask) && desc_.mask == NormMask::none, "mask", "desc.mask is none"));
+  BARACUDA_TRY(must_not(given(a.weight) && !desc_.weight, "weight", "desc.weight is false"));
+  BARACUDA_TRY(must_not(given(a.bias) && !desc_.bias, "bias", "desc.bias is false"));
+  BARACUDA_TRY(must_not(given(a.residual) && !desc_.residual, "residual", "desc.residual is false"));
+  BARACUDA_TRY(must_not(given(a.residual_out) && !desc_.residual, "residual_out", "desc.residual is false"));
+  BARACUDA_TRY(
+      must_not(given(a.dweight) && !(bw && desc_.weight), "dweight", "it exists only for a backward with weight"));
+  BARACUDA_TRY(must_not(given(a.dbias) && !(bw && desc_.bias), "dbias", "it exists only for a backward with bias"));
+  BARACUDA_TRY(must_not(given(a.save_mean) && (bw || desc_.op != NormOp::layer_norm), "save_mean",
+                        "only layer_norm's forward saves a mean"));
+  BARACUDA_TRY(must_not(given(a.save_rstd) && (bw || softmax), "save_rstd", "only the norms' forward saves rstd"));
+  BARACUDA_TRY(must_not(given(a.mean) && !(bw && desc_.op == NormOp::layer_norm), "mean",
+                        "only layer_norm's backward reads a mean"));
+  BARACUDA_TRY(must_not(given(a.rstd) && !(bw && !softmax), "rstd", "only the norms' backward read rstd"));
+
+  // What this call uses, with its expected dtype and shape kind.
+  enum class Kind { Main, Param, Stat, Mask };
+  struct Want {
+    Operand op;
+    DType dtype;
+    Kind kind;
+    bool required;
+  };
+  std::vector<Want> want;
+  auto ref = [&](const char* role, const TensorRef& t, DType dt, Kind k, bool req, bool main) {
+    want.push_back({{role, t.data, t.dtype, &t.layout, false, main}, dt, k, req});
+  };
+  auto mut = [&](const char* role, const TensorMut& t, DType dt, Kind k, bool req, bool main) {
+    want.push_back({{role, t.data, t.dtype, &t.layout, true, main}, dt, k, req});
+  };
+  const DType pd = desc_.param_dtype;
+  if (!bw) {
+    ref("x", a.x, desc_.dtype, Kind::Main, true, true);
+    if (desc_.mask != NormMask::none)
+      ref("mask", a.mask, desc_.mask == NormMask::boolean ? DType::b8 : desc_.dtype, Kind::Mask, true, false);
+    if (desc_.residual) {
+      ref("residual", a.residual, desc_.dtype, Kind::Main, true, true);
+      mut("residual_out", a.residual_out, desc_.dtype, Kind::Main, true, true);
+    }
+    if (desc_.weight) ref("weight", a.weight, pd, Kind::Param, true, false);
+    if (desc_.bias) ref("bias", a.bias, pd, Kind::Param, true, false);
+    mut("out", a.out, desc_.dtype, Kind::Main, true, true);
+    if (desc_.op == NormOp::layer_norm) mut("save_mean", a.save_mean, stats, Kind::Stat, false, false);
+    if (!softmax) mut("save_rstd", a.save_rstd, stats, Kind::Stat, false, false);
+  } else {
+    ref("dy", a.dy, desc_.dtype, Kind::Main, true, true);
+    if (softmax && info(desc_.op).bw_reads_output()) {
+      ref("y", a.y, desc_.dtype, Kind::Main, true, true);
+      BARACUDA_TRY(must_not(given(a.x), "x", "softmax's backward reads y, not x"));
+    } else if (softmax) {  // normalize
+      ref("x", a.x, desc_.dtype, Kind::Main, true, true);
+    } else {
+      ref("x", a.x, desc_.dtype, Kind::Main, true, true);
+      if (desc_.op == NormOp::layer_norm) ref("mean", a.mean, stats, Kind::Stat, true, false);
+      ref("rstd", a.rstd, stats, Kind::Stat, true, false);
+      if (desc_.weight) ref("weight", a.weight, pd, Kind::Param, true, false);
+      if (desc_.weight) mut("dweight", a.dweight, pd, Kind::Param, false, false);
+      if (desc_.bias) mut("dbias", a.dbias, pd, Kind::Param, false, false);
+    }
+    mut("out", a.out, desc_.dtype, Kind::Main, true, true);
+  }
+  if (!bw) BARACUDA_TRY(must_not(given(a.dy) || given(a.y), "dy/y", "they are backward inputs"));
+  if (bw && !info(desc_.op).bw_reads_output()) BARACUDA_TRY(must_not(given(a.y), "y", "this backward reads x, not y"));
+
+  Shape pshape;
+  pshape.rank = hi - lo;
+  for (int i = lo; i < hi; ++i) pshape.dims[i - lo] = desc_.shape.dims[i];
+  const int64_t numel = desc_.shape.numel();
+
+  std::vector<std::pair<uintptr_t, uintptr_t>> range(want.size(), {0, 0});
+  std::vector<bool> used(want.size(), false);
+  for (size_t k = 0; k < want.size(); ++k) {
+    const Want& w = want[k];
+    const Operand& o = w.op;
+    const bool present = o.data != nullptr || o.layout->rank != 0;
+    if (!present) {
+      if (w.required && numel > 0) return invalid(label + ": " + o.role + " is required but was not given");
+      continue;
+    }
+    used[k] = true;
+    if (o.dtype != w.dtype)
+      return invalid(label + ": " + o.role + " dtype expected " + dname(w.dtype) + ", got " + dname(o.dtype));
+    const Layout& l = *o.layout;
+    if (w.kind == Kind::Main && !(Shape::of(l) == desc_.shape))
+      return invalid(label + ": " + o.role + " shape expected " + desc_.shape.str() + ", got " + l.shape_str());
+    if (w.kind == Kind::Param && !(Shape::of(l) == pshape))
+      return invalid(label + ": " + o.role + " shape expected " + pshape.str() + " (the normalized shape), got " +
+                     l.shape_str());
+    if (w.kind == Kind::Mask && !(Shape::of(l) == desc_.mask_shape))
+      return invalid(label + ": mask shape expected " + desc_.mask_shape.str() + ", got " + l.shape_str());
+    if (w.kind == Kind::Stat && l.numel() != rows_)
+      return invalid(label + ": " + o.role + " expected " + std::to_string(rows_) + " elements (one per row), got " +
+                     std::to_string(l.numel()) + " (shape " + l.shape_str() + ")");
+    if ((w.kind == Kind::Param || w.kind == Kind::Stat) && !l.is_contiguous())
+      return invalid(label + ": " + o.role + " expected a contiguous tensor, got strides " + l.stride_str() +
+                     " for shape " + l.shape_str());
+    BARACUDA_TRY(byte_range(label, o, &range[k].first, &range[k].second));
+    if (l.numel() > 0 && o.data == nullptr)
+      return invalid(label + ": " + o.role + " is null but has " + std::to_string(l.numel()) + " elements");
+    if (o.is_output && l.numel() > 1 && (l.has_zero_stride() || l.has_internal_overlap()))
+      return invalid(label + ": " + o.role + " overlaps itself (shape " + l.shape_str() + ", strides " +
+                     l.stride_str() + "); outputs need distinct elements");
+    if (w.kind == Kind::Main && numel > 1 && merged_stride(l, lo, hi) < 0)
+      return unsupported(label + ": " + o.role + " strides " + l.stride_str() +
+                         " do not merge the normalized dims of " + l.shape_str() +
+                         " into one strided dim (pass a contiguous tensor)");
+  }
+  // Outputs may not partially alias anything: exact in-place on an input of the input's shape
+  // is safe (every element is read before it is written, by the thread that writes it).
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!used[i] || !want[i].op.is_output || range[i].first == range[i].second) continue;
+    for (size_t j = 0; j < want.size(); ++j) {
+      if (i == j || !used[j] || range[j].first == range[j].second) continue;
+      if (!(range[i].first < range[j].second && range[j].first < range[i].second)) continue;
+      const bool inplace =
+          want[i].op.main && want[j].op.main && !want[j].op.is_output && same_view(want[i].op, want[j].op);
+      if (!inplace)
+        return invalid(label + ": " + want[i].op.role + " overlaps " + want[j].op.role +
+                       " (only exact in-place on an input of the same shape is allowed)");
+    }
+  }
+  return {};
+}
+
+// ---- launch --------------------------------------------------------------------------------------
+namespace {
+struct Geometry {
+  detail::NormLaunch p;
+  bool vec_ok = true;
+  bool columns = false;  ///< the reduced dim is strided and the innermost row dim is unit-stride
+};
+
+/// Rows at least this many take the column mapping when it applies (one thread a row; below it
+/// too few threads would run). A fixed number: the launch shape never depends on the device.
+constexpr int64_t kColumnMinRows = 4096;
+
+/// Row dims (coalesced) and the reduced-dim stride of every slot, plus whether the 16-byte
+/// path applies (unit stride, vector-aligned row starts and pointers, whole vectors per row).
+Geometry geometry(const NormDesc& d, const NormArgs& a, int64_t n) {
+  Geometry g;
+  int lo = 0, hi = 0;
+  reduced_range(d, &lo, &hi);
+  std::array<const void*, detail::kNumSlots> ptrs{};
+  auto lay = slot_layouts(d, a, &ptrs);
+  // The mask, expanded to the input's shape (stride 0 where it broadcasts).
+  Layout mask_l;
+  if (d.mask != NormMask::none && a.mask.data) {
+    mask_l.rank = d.shape.rank;
+    const int off = d.shape.rank - a.mask.layout.rank;
+    for (int i = 0; i < d.shape.rank; ++i) {
+      mask_l.shape[i] = d.shape.dims[i];
+      const int mi = i - off;
+      mask_l.stride[i] = (mi < 0 || a.mask.layout.shape[mi] == 1) ? 0 : a.mask.layout.stride[mi];
+    }
+    lay[detail::kMask] = &mask_l;
+    ptrs[detail::kMask] = a.mask.data;
+  }
+  const int vec = detail::norm_vec(size_in_bytes(d.dtype));
+  // Row dims, outer to inner, without size-1 dims; merge a dim into the next one where every
+  // present slot allows it.
+  struct Dim {
+    int64_t size;
+    std::array<int64_t, detail::kNumSlots> stride;
+  };
+  std::vector<Dim> dims;
+  for (int i = 0; i < d.shape.rank; ++i) {
+    if ((i >= lo && i < hi) || d.shape.dims[i] == 1) continue;
+    Dim dm{d.shape.dims[i], {}};
+    for (int t = 0; t < detail::kNumSlots; ++t) dm.stride[t] = lay[t] ? lay[t]->stride[i] : 0;
+    if (!dims.empty()) {
+      Dim& prev = dims.back();
+      bool merge = true;
+      for (int t = 0; t < detail::kNumSlots; ++t)
+        if (lay[t] && prev.stride[t] != dm.stride[t] * dm.size) merge = false;
+      if (merge) {
+        prev.size *= dm.size;
+        prev.stride = dm.stride;
+        continue;
+      }
+    }
+    dims.push_back(dm);
+  }
+  g.p.row_ndim = static_cast<int>(dims.size());
+  for (size_t k = 0; k < dims.size(); ++k) {
+    g.p.row_size[k] = dims[k].size;
+    for (int t = 0; t < detail::kNumSlots; ++t) g.p.row_stride[t][k] = dims[k].stride[t];
+  }
+  g.vec_ok = n % vec == 0 && n > 0;
+  for (int t = 0; t < detail::kNumSlots; ++t) {
+    if (!lay[t]) continue;
+    g.p.col_stride[t] = merged_stride(*lay[t], lo, hi);
+    if (t == detail::kMask) continue;  // read by scalar loads, whatever the variant
+    if (g.p.col_stride[t] != 1 && n > 1) g.vec_ok = false;
+    if (reinterpret_cast<uintptr_t>(ptrs[t]) % 16 != 0) g.vec_ok = false;
+    for (size_t k = 0; k < dims.size(); ++k)
+      if (dims[k].stride[t] % vec != 0) g.vec_ok = false;
+  }
+  for (const void* q : {a.weight.data, a.bias.data})
+    if (q && reinterpret_cast<uintptr_t>(q) % 16 != 0) g.vec_ok = false;
+  // Column mapping: softmax over a non-innermost axis (or a norm of a batch-innermost tensor).
+  // One thread a row walks its elements; adjacent threads hold adjacent rows, so each load of
+  // a warp is one contiguous segment, where a group per row would gather with stride.
+  if (!g.vec_ok && n > 1 && !dims.empty()) {
+    g.columns = true;
+    for (int t = 0; t < detail::kNumSlots; ++t)
+      if (t != detail::kMask && lay[t] && (g.p.col_stride[t] == 1 || dims.back().stride[t] != 1)) g.columns = false;
+    int64_t rows = 1;
+    for (const Dim& dm : dims) rows *= dm.size;
+    if (rows < kColumnMinRows) g.columns = false;
+  }
+  return g;
+}
+
+struct LaunchRow {
+  DType dtype;
+  detail::NormLaunchFn fw, bw;
+};
+constexpr LaunchRow kLaunchers[] = {
+    {DType::f32, &detail::norm_launch<DType::f32, Direction::Forward>,
+     &detail::norm_launch<DType::f32, Direction::Backward>},
+    {DType::f16, &detail::norm_launch<DType::f16, Direction::Forward>,
+     &detail::norm_launch<DType::f16, Direction::Backward>},
+    {DType::bf16, &detail::norm_launch<DType::bf16, Direction::Forward>,
+     &detail::norm_launch<DType::bf16, Direction::Backward>},
+    {DType::f64, &detail::norm_launch<DType::f64, Direction::Forward>,
+     &detail::norm_launch<DType::f64, Direction::Backward>},
+};
+}  // namespace
+
+std::string NormPlan::layout_for(const NormArgs& a) const {
+  if (rows_ * n_ == 0) return "empty";
+  const Geometry g = geometry(desc_, a, n_);
+  const bool vec = allow_vectorized_ && g.vec_ok;
+  if (g.columns && !(desc_.direction == Direction::Backward && (a.dweight.data || a.dbias.data)))
+    return std::string("column-") +
+           (n_ <= std::min(detail::norm_big_items(desc_.op, desc_.direction, size_in_bytes(desc_.dtype)), 16)
+                ? "registers"
+                : "streaming") +
+           "-scalar";
+  return std::string(cfg_.tpr > 32 ? "cta" : (cfg_.tpr == 32 ? "warp" : "subwarp")) + "-" +
+         (cfg_.cached ? "registers" : "streaming") + "-" + (vec ? "vec16" : "scalar");
+}
+
+Result<void> NormPlan::run(cudaStream_t stream, Workspace ws, const NormArgs& a) const {
+  BARACUDA_TRY(can_implement(a));
+  const std::string label = op_label(desc_);
+  const bool bw = desc_.direction == Direction::Backward;
+  const bool want_pgrad = bw && (a.dweight.data != nullptr || a.dbias.data != nullptr);
+  if (rows_ * n_ == 0) {
+    // An empty batch: parameter gradients are sums over no rows, i.e. zeros (torch's result).
+    if (want_pgrad && n_ > 0) {
+      for (const TensorMut* t : {&a.dweight, &a.dbias}) {
+        if (!t->data) continue;
+        const cudaError_t e = cudaMemsetAsync(t->data, 0, static_cast<size_t>(n_) * size_in_bytes(t->dtype), stream);
+        if (e != cudaSuccess)
+          return make_error(Status::CudaError,
+                            label + ": zeroing a parameter gradient failed: " + cudaGetErrorString(e));
+      }
+    }
+    return {};
+  }
+  if (want_pgrad && (ws.bytes < workspace_bytes_ || !ws.ptr))
+    return make_error(Status::WorkspaceTooSmall, label + ": workspace expected >= " + std::to_string(workspace_bytes_) +
+                                                     " bytes, got " + std::to_string(ws.bytes));
+  Geometry g = geometry(desc_, a, n_);
+  detail::NormLaunch& p = g.p;
+  p.op = desc_.op;
+  p.rows = rows_;
+  p.n = n_;
+  std::array<const void*, detail::kNumSlots> ptrs{};
+  slot_layouts(desc_, a, &ptrs);
+  p.mask = desc_.mask != NormMask::none ? a.mask.data : nullptr;
+  p.mask_kind = desc_.mask;
+  p.in[0] = ptrs[detail::kIn0];
+  p.in[1] = ptrs[detail::kIn1];
+  p.out[0] = const_cast<void*>(ptrs[detail::kOut0]);
+  p.out[1] = const_cast<void*>(ptrs[detail::kOut1]);
+  p.weight = desc_.weight ? a.weight.data : nullptr;
+  p.bias = desc_.bias ? a.bias.data : nullptr;
+  p.param_f32 = (desc_.weight || desc_.bias) && desc_.param_dtype == DType::f32 && desc_.dtype != DType::f32;
+  p.mean_in = a.mean.data;
+  p.rstd_in = a.rstd.data;
+  p.mean_out = a.save_mean.data;
+  p.rstd_out = a.save_rstd.data;
+  p.dweight = a.dweight.data;
+  p.dbias = a.dbias.data;
+  p.partial = want_pgrad ? ws.ptr : nullptr;
+  p.slots = want_pgrad ? cfg_.slots : 0;
+  p.eps = desc_.eps;
+  p.tpr = cfg_.tpr;
+  p.block = cfg_.block;
+  p.big = cfg_.big;
+  p.vec = allow_vectorized_ && g.vec_ok;
+  if (g.columns && !want_pgrad) {  // the parameter-gradient partition keeps the plan's shape
+    p.tpr = 1;
+    p.block = 128;
+    p.big = true;
+  }
+  for (const auto& r : kLaunchers) {
+    if (r.dtype != desc_.dtype) continue;
+    const cudaError_t e = (bw ? r.bw : r.fw)(p, stream);
+    if (e != cudaSuccess)
+      return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
+    return {};
+  }
+  return unsupported(label + ": no kernel for dtype " + dname(desc_.dtype));
+}
+
+// ---- convenience ---------------------------------------------------------------------------------
+namespace {
+std::string desc_key(const NormDesc& d, const PlanPreference& p, int device) {
+  std::string k;
+  auto put = [&](const auto& v) { k.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(d.op);
+  put(d.direction);
+  put(d.dtype);
+  put(d.param_dtype);
+  put(d.shape.rank);
+  k.append(reinterpret_cast<const char*>(d.shape.dims.data()),
+           sizeof(int64_t) * static_cast<size_t>(std::max(d.shape.rank, 0)));
+  put(d.axis);
+  put(d.norm_ndim);
+  const bool flags[] = {d.weight, d.bias, d.residual};
+  put(flags);
+  put(d.eps);
+  put(d.mask);
+  put(d.mask_shape.rank);
+  k.append(reinterpret_cast<const char*>(d.mask_shape.dims.data()),
+           sizeof(int64_t) * static_cast<size_t>(std::clamp(d.mask_shape.rank, 0, kMaxRank)));
+  const int prefs[] = {static_cast<int>(p.backend),
+                       p.require_deterministic,
+                       p.require_bit_stable,
+                       static_cast<int>(p.tf32),
+                       static_cast<int>(p.reduced_precision_reduction),
+                       static_cast<int>(p.vectorized)};
+  put(prefs);
+  put(device);
+  return k;
+}
+}  // namespace
+
+Result<void> norm(cudaStream_t stream, const NormDesc& desc, const NormArgs& args, Workspace ws,
+                  const PlanPreference& pref) {
+  thread_local std::map<std::string, NormPlan> cache;
+  thread_local std::optional<Target> target;
+  if (!target) {
+    auto t = Target::current();
+    if (!t) return t.error();
+    target = *t;
+  }
+  if (desc.shape.rank < 0 || desc.shape.rank > kMaxRank)
+    return invalid(op_label(desc) + ": input rank expected 0..8, got " + std::to_string(desc.shape.rank));
+  const std::string key = desc_key(desc, pref, target->device);
+  auto found = cache.find(key);
+  if (found == cache.end()) {
+    auto plan = NormPlan::select(*target, desc, pref);
+    if (!plan) return plan.error();
+    if (cache.size() > 4096) cache.clear();
+    found = cache.emplace(key, std::move(plan.value())).first;
+  }
+  return found->second.run(stream, ws, args);
+}
+
+}  // namespace baracuda
