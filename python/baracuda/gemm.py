@@ -558,7 +558,22 @@ def scaled_mm(input, mat2, scale_a, scale_b, bias=None, scale_result=None, out_d
     sa, sb = _aligned16(sa.contiguous()), _aligned16(sb.contiguous())
     out_dtype = out_dtype or input.dtype
     d = torch.empty((m, n), dtype=out_dtype, device=input.device)
-    return _run(input, mat2, d, a_scale=sa, b_scale=sb, amax_d=amax)
+    if sa.numel() == 1:
+        return _run(input, mat2, d, a_scale=sa, b_scale=sb, amax_d=amax)
+    try:
+        return _run(input, mat2, d, a_scale=sa, b_scale=sb, amax_d=amax)
+    except RuntimeError as e:  # cuBLASLt without outer-vector scaling for this problem
+        if "Unsupported" not in str(e) and "unsupported" not in str(e):
+            raise
+    # Same numerics as the fused path: f32 accumulation, then the f32 scales, one rounding to out_dtype.
+    one = _aligned16(torch.ones(1, dtype=f32, device=input.device))
+    acc = _run(input, mat2, torch.empty((m, n), dtype=f32, device=input.device), a_scale=one, b_scale=one)
+    from . import functional as _F
+    scaled = _F.mul(_F.mul(acc, sa.reshape(m, 1)), sb.reshape(1, n))
+    _F.cast(scaled, out_dtype, out=d)
+    if amax is not None:  # rare combination (row-wise scales + amax): torch's reduction
+        amax.copy_(d.abs().amax().reshape(1).to(f32))
+    return d
 
 
 def int_mm(input, mat2):

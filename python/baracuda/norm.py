@@ -22,13 +22,13 @@ NORM_OPS = {row["name"]: row for row in _C.norm_ops()}
 # ---- launch helpers ----------------------------------------------------------------------------
 def _run(op, backward, tensors, device, axis=-1, norm_ndim=1, eps=1e-5, want_workspace=False):
     """Runs one plan; `tensors` maps NormArgs roles to torch tensors (None entries are dropped)."""
-    args = {k: dl(v) for k, v in tensors.items() if v is not None}
+    live = {k: v for k, v in tensors.items() if v is not None}
     ws = None
-    if want_workspace:
-        n = _C.norm_workspace_size(op, backward, args, axis, norm_ndim, float(eps))
+    if want_workspace:  # DLPack capsules are single-use: each _C call gets its own export
+        n = _C.norm_workspace_size(op, backward, {k: dl(v) for k, v in live.items()}, axis, norm_ndim, float(eps))
         if n:
             ws = dl(torch.empty(n, dtype=torch.uint8, device=device))
-    _C.norm(op, backward, args, axis, norm_ndim, float(eps), current_stream(device), ws)
+    _C.norm(op, backward, {k: dl(v) for k, v in live.items()}, axis, norm_ndim, float(eps), current_stream(device), ws)
 
 
 def _like(x):

@@ -68,12 +68,14 @@ def up(t):
     return t.to(REF.get(t.dtype, torch.float64))
 
 
-def check(out, ref, dtype, k, what=""):
+def check(out, ref, dtype, k, what="", dense=True):
+    """out vs an upcast reference, tolerance scaled by sqrt(k); dense=False for references that are
+    mostly zeros by construction (the gradient of a diagonal)."""
     rtol, atol = TOL[dtype]
     atol = atol * math.sqrt(max(k, 1))
     assert out.dtype == dtype, what
     assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} vs {tuple(ref.shape)}"
-    if ref.numel() >= 16 and k > 0:
+    if dense and ref.numel() >= 16 and k > 0:
         assert (ref.abs() > 1e-6).float().mean() > 0.3, f"{what}: degenerate reference (mostly zeros)"
     torch.testing.assert_close(up(out), ref.to(up(out).dtype), rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")
 
@@ -336,8 +338,9 @@ def test_einsum(eq, shapes):
     go = rand(*out.shape, seed=70)
     out.backward(go)
     ref.backward(go.double())
+    repeated = any(len(set(t)) < len(t) for t in eq.split("->")[0].replace("...", "").split(","))
     for x, r in zip(xs, refs):
-        check(x.grad, r.grad, torch.float32, 8, eq + " grad")
+        check(x.grad, r.grad, torch.float32, 8, eq + " grad", dense=not repeated)
 
 
 def test_tensordot_and_dot_general():

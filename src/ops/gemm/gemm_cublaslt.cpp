@@ -156,8 +156,10 @@ void store_scalar(unsigned char* out, double v, cudaDataType_t st) {
 
 cublasLtEpilogue_t epilogue_of(const GemmDesc& d, const CublasConfig& cfg) {
   if (!cfg.fused_epilogue) return CUBLASLT_EPILOGUE_DEFAULT;
-  if (d.direction == Direction::Backward)  // plan.cpp fuses only DGELU(+BGRAD of D)
+  if (d.direction == Direction::Backward) {  // plan.cpp fuses only DGELU(+BGRAD of D), or a plain product
+    if (d.act == GemmActivation::None) return CUBLASLT_EPILOGUE_DEFAULT;
     return d.bgrad == GemmBiasGrad::OfD ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+  }
   switch (d.act) {
     case GemmActivation::Relu:
       return d.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
@@ -280,6 +282,9 @@ Result<void> query(const std::string& op, GemmState& st, cublasLtHandle_t h) {
     if (s != CUBLAS_STATUS_SUCCESS) return backend_error(op, "cublasLtMatmulDescSetAttribute", s);
     return query(op, st, h);
   }
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE)
+    return make_error(Status::Unsupported, op + ": cuBLASLt does not support this configuration (" +
+                                               std::string(cublasLtGetStatusString(s)) + "; e.g. outer-vector fp8 scales)");
   if (s != CUBLAS_STATUS_SUCCESS) return backend_error(op, "cublasLtMatmulAlgoGetHeuristic", s);
   if (!found)
     return make_error(Status::Unsupported,
@@ -372,7 +377,8 @@ Result<void> cublaslt_run(const std::string& op, GemmState& st, const GemmArgs& 
   if (is_floating(d.a_dtype) && size_in_bits(d.a_dtype) == 8) {  // fp8 per-tensor scales
     set_ptr(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, cm.swapped ? a.b_scale.data : a.a_scale.data);
     set_ptr(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, cm.swapped ? a.a_scale.data : a.b_scale.data);
-    set_ptr(CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, a.amax_d.data);
+    // cuBLASLt reduces amax only for an fp8 D; plan.cpp runs a native amax otherwise.
+    if (size_in_bits(d.d_dtype) == 8) set_ptr(CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, a.amax_d.data);
   }
   if (s != CUBLAS_STATUS_SUCCESS) return backend_error(op, "cublasLtMatmulDescSetAttribute", s);
   const void* pa = cm.swapped ? a.b.data : a.a.data;

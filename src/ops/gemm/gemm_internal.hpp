@@ -74,6 +74,11 @@ struct EpilogueParams {
 };
 cudaError_t launch_epilogue(const EpilogueParams& p, cudaStream_t s);
 
+/// amax = max |D| over [batch, m, n] (strided), for outputs cuBLASLt does not reduce itself (its
+/// AMAX_D serves fp8 D only). Zeroes amax first; a max is order-independent, so deterministic.
+cudaError_t launch_amax(DType dt, int64_t batch, int64_t m, int64_t n, const void* d, MatrixStrides ds, float* amax,
+                        cudaStream_t s);
+
 /// Deterministic bias-gradient reduction: out[col] = sum over batch and rows of X[b, row, col]
 /// (two passes through an f32/f64 workspace, fixed order, independent of the device).
 struct ReduceParams {

@@ -352,6 +352,34 @@ cudaError_t launch_epilogue(const EpilogueParams& p, cudaStream_t s) {
   return err;
 }
 
+template <class T>
+__global__ void amax_kernel(int64_t batch, int64_t m, int64_t n, const T* d, MatrixStrides ds, float* amax) {
+  const int64_t total = batch * m * n;
+  float v = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t col = i % n, row = (i / n) % m, bt = i / (n * m);
+    v = fmaxf(v, fabsf(static_cast<float>(kern::load_as_opmath(d[bt * ds.batch + row * ds.row + col * ds.col]))));
+  }
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  // |x| >= 0, so the float order equals the int order of the bits (NaN bits compare largest).
+  if ((threadIdx.x & 31) == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(v));
+}
+
+cudaError_t launch_amax(DType dt, int64_t batch, int64_t m, int64_t n, const void* d, MatrixStrides ds, float* amax,
+                        cudaStream_t s) {
+  cudaError_t err = cudaMemsetAsync(amax, 0, sizeof(float), s);
+  const int64_t total = batch * m * n;
+  if (err != cudaSuccess || total == 0) return err;
+  err = cudaErrorInvalidValue;
+  kern::dispatch<bit(DType::f32) | bit(DType::f16) | bit(DType::bf16)>(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    amax_kernel<T><<<grid_1d(total, 256) < 1024 ? grid_1d(total, 256) : 1024, 256, 0, s>>>(
+        batch, m, n, static_cast<const T*>(d), ds, amax);
+    err = cudaGetLastError();
+  });
+  return err;
+}
+
 size_t reduce_workspace_bytes(const ReduceParams& p) {
   const size_t acc = p.dt == DType::f64 ? 8 : 4;
   return static_cast<size_t>(num_chunks(p)) * static_cast<size_t>(p.cols) * acc;

@@ -724,6 +724,10 @@ Result<void> GemmPlan::run(cudaStream_t stream, Workspace ws, const GemmArgs& a)
       BARACUDA_TRY(cuda_check(detail::launch_epilogue(e, stream), "epilogue kernel launch"));
     }
   }
+  if (a.amax_d.data && size_in_bits(d.d_dtype) != 8)
+    BARACUDA_TRY(cuda_check(detail::launch_amax(d.d_dtype, empty ? 0 : d.batch, d.m, d.n, a.d.data, d.d,
+                                                static_cast<float*>(a.amax_d.data), stream),
+                            "amax launch"));
   const bool native_bgrad = d.bgrad != GemmBiasGrad::None && !(fused && d.k > 0 && !empty);
   if (native_bgrad && a.bgrad.layout.numel() > 0) {
     auto r = reduce_params(d, &a);
