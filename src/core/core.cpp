@@ -10,6 +10,7 @@
 #include "baracuda/core/sku.hpp"
 #include "baracuda/core/status.hpp"
 #include "baracuda/core/tensor.hpp"
+#include "core/plan_common.hpp"
 
 namespace baracuda {
 
@@ -347,4 +348,23 @@ Tensor from_tensor(const TensorRef& t, Device dev, int64_t* shape, int64_t* stri
 }
 
 }  // namespace dlpack
+namespace detail {
+std::string dtype_list(DTypeSet set) {
+  std::string out;
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (!contains(set, static_cast<DType>(i))) continue;
+    if (!out.empty()) out += ", ";
+    out += name(static_cast<DType>(i));
+  }
+  return out.empty() ? "none" : out;
+}
+
+std::string preference_key(const PlanPreference& p) {
+  const int v[] = {static_cast<int>(p.backend), p.require_deterministic, p.require_bit_stable,
+                   static_cast<int>(p.tf32), static_cast<int>(p.reduced_precision_reduction),
+                   static_cast<int>(p.vectorized)};
+  return std::string(reinterpret_cast<const char*>(v), sizeof v);
+}
+}  // namespace detail
+
 }  // namespace baracuda

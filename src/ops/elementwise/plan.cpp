@@ -9,6 +9,7 @@
 #include "baracuda/ops/elementwise.hpp"
 #include "core/ew_iter.hpp"
 #include "core/impl_list.hpp"
+#include "core/plan_common.hpp"
 #include "ops/elementwise/ew_registry.hpp"
 
 namespace baracuda {
@@ -36,18 +37,10 @@ std::string_view param_item(const char* spec, int i) {
   return c == std::string_view::npos ? s : s.substr(0, c);
 }
 
-std::string dtype_list(DTypeSet set) {
-  std::string out;
-  for (int i = 0; i < kNumDTypes; ++i) {
-    if (!contains(set, static_cast<DType>(i))) continue;
-    if (!out.empty()) out += ", ";
-    out += name(static_cast<DType>(i));
-  }
-  return out.empty() ? "none" : out;
-}
 
-Error invalid(std::string msg) { return make_error(Status::InvalidProblem, std::move(msg)); }
-Error unsupported(std::string msg) { return make_error(Status::Unsupported, std::move(msg)); }
+using detail::dtype_list;
+using detail::invalid;
+using detail::unsupported;
 
 std::string op_label(const ElementwiseDesc& d) {
   return std::string(info(d.op).name) + (d.direction == Direction::Backward ? "_backward" : "");
@@ -597,7 +590,7 @@ Result<void> ElementwisePlan::run(cudaStream_t stream, Workspace ws, const Eleme
 
 // ---- convenience ---------------------------------------------------------------------------------
 namespace {
-std::string desc_key(const ElementwiseDesc& d, const PlanPreference& p, int device) {
+std::string desc_key(const ElementwiseDesc& d) {
   std::string k(reinterpret_cast<const char*>(&d.op), sizeof(d.op));
   k.append(reinterpret_cast<const char*>(&d.direction), sizeof(d.direction));
   k.append(reinterpret_cast<const char*>(&d.dtype), sizeof(d.dtype));
@@ -607,33 +600,16 @@ std::string desc_key(const ElementwiseDesc& d, const PlanPreference& p, int devi
     k.append(reinterpret_cast<const char*>(&s->rank), sizeof(s->rank));
     k.append(reinterpret_cast<const char*>(s->dims.data()), sizeof(int64_t) * static_cast<size_t>(s->rank));
   }
-  const int prefs[] = {static_cast<int>(p.backend), p.require_deterministic, p.require_bit_stable,
-                       static_cast<int>(p.tf32), static_cast<int>(p.reduced_precision_reduction),
-                       static_cast<int>(p.vectorized)};
-  k.append(reinterpret_cast<const char*>(prefs), sizeof(prefs));
-  k.append(reinterpret_cast<const char*>(&device), sizeof(device));
   return k;
 }
 }  // namespace
 
 Result<void> elementwise(cudaStream_t stream, const ElementwiseDesc& desc, const ElementwiseArgs& args, Workspace ws,
                          const PlanPreference& pref) {
-  thread_local std::map<std::string, ElementwisePlan> cache;
-  thread_local std::optional<Target> target;
-  if (!target) {
-    auto t = Target::current();
-    if (!t) return t.error();
-    target = *t;
-  }
-  const std::string key = desc_key(desc, pref, target->device);
-  auto found = cache.find(key);
-  if (found == cache.end()) {
-    auto plan = ElementwisePlan::select(*target, desc, pref);
-    if (!plan) return plan.error();
-    if (cache.size() > 4096) cache.clear();
-    found = cache.emplace(key, std::move(plan.value())).first;
-  }
-  return found->second.run(stream, ws, args);
+  auto plan = detail::cached_plan<ElementwisePlan>(
+      desc_key(desc), pref, [&](const Target& t) { return ElementwisePlan::select(t, desc, pref); });
+  if (!plan) return plan.error();
+  return (*plan)->run(stream, ws, args);
 }
 
 Result<std::array<TensorRef, 2>> split_halves(const TensorRef& t, int dim) {

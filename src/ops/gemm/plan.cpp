@@ -13,6 +13,7 @@
 
 #include "baracuda/ops/gemm.hpp"
 #include "core/impl_list.hpp"
+#include "core/plan_common.hpp"
 #include "ops/gemm/gemm_internal.hpp"
 
 namespace baracuda {
@@ -80,8 +81,8 @@ std::string GemmDesc::key() const {
 }
 
 namespace {
-Error invalid(std::string msg) { return make_error(Status::InvalidProblem, std::move(msg)); }
-Error unsupported(std::string msg) { return make_error(Status::Unsupported, std::move(msg)); }
+using detail::invalid;
+using detail::unsupported;
 std::string str(int64_t v) { return std::to_string(v); }
 std::string dt(DType t) { return std::string(name(t)); }
 
@@ -741,35 +742,8 @@ Result<void> GemmPlan::run(cudaStream_t stream, Workspace ws, const GemmArgs& a)
 
 // ---- convenience -------------------------------------------------------------------------------------
 namespace {
-std::string pref_key(const PlanPreference& p, int device) {
-  const int v[] = {static_cast<int>(p.backend),
-                   p.require_deterministic,
-                   p.require_bit_stable,
-                   static_cast<int>(p.tf32),
-                   static_cast<int>(p.reduced_precision_reduction),
-                   static_cast<int>(p.vectorized),
-                   device};
-  return std::string(reinterpret_cast<const char*>(v), sizeof v);
-}
-
 Result<const GemmPlan*> cached_plan(const GemmDesc& desc, const PlanPreference& pref) {
-  thread_local std::map<std::string, GemmPlan> cache;
-  int dev = -1;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    cudaGetLastError();
-    return make_error(Status::NoDevice, "gemm: no CUDA device");
-  }
-  const std::string key = desc.key() + pref_key(pref, dev);
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    auto t = Target::current();
-    if (!t) return t.error();
-    auto plan = GemmPlan::select(*t, desc, pref);
-    if (!plan) return plan.error();
-    if (cache.size() > 1024) cache.clear();
-    it = cache.emplace(key, std::move(plan.value())).first;
-  }
-  return &it->second;
+  return detail::cached_plan<GemmPlan>(desc.key(), pref, [&](const Target& t) { return GemmPlan::select(t, desc, pref); });
 }
 }  // namespace
 

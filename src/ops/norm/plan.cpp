@@ -9,6 +9,7 @@
 
 #include "baracuda/ops/norm.hpp"
 #include "core/impl_list.hpp"
+#include "core/plan_common.hpp"
 #include "ops/norm/norm_launch.hpp"
 
 namespace baracuda {
@@ -22,18 +23,9 @@ const NormOpInfo kOps[] = {
 #undef BARACUDA_NORM
 };
 
-Error invalid(std::string msg) { return make_error(Status::InvalidProblem, std::move(msg)); }
-Error unsupported(std::string msg) { return make_error(Status::Unsupported, std::move(msg)); }
-
-std::string dtype_list(DTypeSet set) {
-  std::string out;
-  for (int i = 0; i < kNumDTypes; ++i) {
-    if (!contains(set, static_cast<DType>(i))) continue;
-    if (!out.empty()) out += ", ";
-    out += name(static_cast<DType>(i));
-  }
-  return out.empty() ? "none" : out;
-}
+using detail::dtype_list;
+using detail::invalid;
+using detail::unsupported;
 
 std::string op_label(const NormDesc& d) {
   return std::string(info(d.op).name) + (d.direction == Direction::Backward ? "_backward" : "");
@@ -706,7 +698,7 @@ Result<void> NormPlan::run(cudaStream_t stream, Workspace ws, const NormArgs& a)
 
 // ---- convenience ---------------------------------------------------------------------------------
 namespace {
-std::string desc_key(const NormDesc& d, const PlanPreference& p, int device) {
+std::string desc_key(const NormDesc& d) {
   std::string k;
   auto put = [&](const auto& v) { k.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   put(d.op);
@@ -725,38 +717,18 @@ std::string desc_key(const NormDesc& d, const PlanPreference& p, int device) {
   put(d.mask_shape.rank);
   k.append(reinterpret_cast<const char*>(d.mask_shape.dims.data()),
            sizeof(int64_t) * static_cast<size_t>(std::clamp(d.mask_shape.rank, 0, kMaxRank)));
-  const int prefs[] = {static_cast<int>(p.backend),
-                       p.require_deterministic,
-                       p.require_bit_stable,
-                       static_cast<int>(p.tf32),
-                       static_cast<int>(p.reduced_precision_reduction),
-                       static_cast<int>(p.vectorized)};
-  put(prefs);
-  put(device);
   return k;
 }
 }  // namespace
 
 Result<void> norm(cudaStream_t stream, const NormDesc& desc, const NormArgs& args, Workspace ws,
                   const PlanPreference& pref) {
-  thread_local std::map<std::string, NormPlan> cache;
-  thread_local std::optional<Target> target;
-  if (!target) {
-    auto t = Target::current();
-    if (!t) return t.error();
-    target = *t;
-  }
   if (desc.shape.rank < 0 || desc.shape.rank > kMaxRank)
     return invalid(op_label(desc) + ": input rank expected 0..8, got " + std::to_string(desc.shape.rank));
-  const std::string key = desc_key(desc, pref, target->device);
-  auto found = cache.find(key);
-  if (found == cache.end()) {
-    auto plan = NormPlan::select(*target, desc, pref);
-    if (!plan) return plan.error();
-    if (cache.size() > 4096) cache.clear();
-    found = cache.emplace(key, std::move(plan.value())).first;
-  }
-  return found->second.run(stream, ws, args);
+  auto plan = detail::cached_plan<NormPlan>(desc_key(desc), pref,
+                                            [&](const Target& t) { return NormPlan::select(t, desc, pref); });
+  if (!plan) return plan.error();
+  return (*plan)->run(stream, ws, args);
 }
 
 }  // namespace baracuda
