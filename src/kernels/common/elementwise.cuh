@@ -119,24 +119,24 @@ __device__ __forceinline__ void ew_vec_offsets(const EwVec& a, int64_t e, int64_
   if constexpr (CONTIG) {
 #pragma unroll
     for (int k = 0; k < NOPS; ++k) off[k] = (a.inner_bcast >> k) & 1 ? 0 : e;
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int k = 0; k < NOPS; ++k) off[k] = 0;
-  int64_t rem = e;
-  // Fully unrolled with constant indices: a loop bounded by a.rank indexes the parameter arrays
-  // dynamically, which makes nvcc copy them to local memory (a stack frame in every thread).
+    for (int k = 0; k < NOPS; ++k) off[k] = 0;
+    int64_t rem = e;
+    // Fully unrolled with constant indices: a loop bounded by a.rank indexes the parameter arrays
+    // dynamically, which makes nvcc copy them to local memory (a stack frame in every thread).
 #pragma unroll
-  for (int d = 0; d < kMaxRank; ++d) {
-    if (d == a.rank) break;
-    int64_t r = rem;
-    if (d + 1 < a.rank) {
-      const int64_t q = a.small ? int64_t(a.fdiv[d].div(static_cast<uint32_t>(rem))) : rem / a.shape[d];
-      r = rem - q * a.shape[d];
-      rem = q;
+    for (int d = 0; d < kMaxRank; ++d) {
+      if (d == a.rank) break;
+      int64_t r = rem;
+      if (d + 1 < a.rank) {
+        const int64_t q = a.small ? int64_t(a.fdiv[d].div(static_cast<uint32_t>(rem))) : rem / a.shape[d];
+        r = rem - q * a.shape[d];
+        rem = q;
+      }
+#pragma unroll
+      for (int k = 0; k < NOPS; ++k) off[k] += r * a.stride[k][d];
     }
-#pragma unroll
-    for (int k = 0; k < NOPS; ++k) off[k] += r * a.stride[k][d];
   }
 }
 
