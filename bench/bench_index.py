@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Indexing family: baracuda vs torch eager, one process, same inputs.
+
+baracuda runs through baracuda._C.index(op, backward, tensors, params, ...) with pre-allocated
+outputs and workspace (no error flag, so no host read-back); torch runs the equivalent eager op
+(x.t().contiguous(), torch.cat, F.pad, torch.gather, F.embedding, embedding_dense_backward,
+index_add_, scatter_reduce_ amax). Timing: CUDA events, warm-up, median of --iters; buffer sets
+rotate when one call moves less than 2x L2 (bench.py). Bytes count each input read once and
+each output written once. Writes bench/results/index-<gpu>.md/.json.
+
+  python bench/bench_index.py                 # every case
+  python bench/bench_index.py --cases 'emb*'  # fnmatch patterns
+  python bench/bench_index.py --quick         # the issue's target cases only
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (shared harness; imports torch lazily)
+
+# Targets from issue 6: ratio vs torch (">= x torch") or % of copy bandwidth.
+TARGETS = {"transpose": ("bw", 85.0), "embedding_fw": ("x", 1.2), "embedding_bw": ("x", 1.0), "cat": ("bw", 80.0),
+           "pad": ("bw", 80.0), "gather": ("bw", 80.0), "segment_max": ("x", 1.5)}
+QUICK = ["transpose_bf16", "embedding_fw", "embedding_bw", "segment_max_f32"]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="Benchmark baracuda's indexing plans against torch eager. Writes "
+                                "bench/results/index-<gpu>.md and .json.")
+    p.add_argument("--cases", default="*", help="fnmatch patterns, comma-separated (default: all)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--quick", action="store_true", help=f"only {QUICK}")
+    p.add_argument("--no-pad", action="store_true", help="no _sleep pad before the timed loop")
+    p.add_argument("--out-dir", default=bench.RESULTS_DIR)
+    p.add_argument("--tag", default="")
+    p.add_argument("--no-write", action="store_true")
+    return p.parse_args(argv)
+
+
+def build_cases(torch, F):
+    """name -> (family target key, bytes moved, make(k) -> (baracuda_fn, torch_fn, sku_args))."""
+    dev = "cuda"
+    bf16, f32 = torch.bfloat16, torch.float32
+    cases = {}
+
+    def transpose(dt):
+        def make():
+            x = torch.randn(16384, 4096, device=dev).to(dt)
+            xt = x.t()
+            out = torch.empty(4096, 16384, dtype=dt, device=dev)
+            return ("copy", {"x": xt, "out": out}, {}), lambda: xt.contiguous()
+        return make
+    cases["transpose_bf16"] = ("transpose", 2 * 16384 * 4096 * 2, transpose(bf16))
+    cases["transpose_f32"] = ("transpose", 2 * 16384 * 4096 * 4, transpose(f32))
+
+    def cat(dim):
+        def make():
+            a = torch.randn(8192, 4096, device=dev).to(bf16)
+            b = torch.randn(8192, 4096, device=dev).to(bf16)
+            shape = (16384, 4096) if dim == 0 else (8192, 8192)
+            out = torch.empty(shape, dtype=bf16, device=dev)
+            return ("cat", {"inputs": [a, b], "out": out}, {"dim": dim}), lambda: torch.cat([a, b], dim)
+        return make
+    cases["cat_dim0_bf16"] = ("cat", 2 * 2 * 8192 * 4096 * 2, cat(0))
+    cases["cat_dim1_bf16"] = ("cat", 2 * 2 * 8192 * 4096 * 2, cat(1))
+
+    def pad(mode):
+        def make():
+            x = torch.randn(16, 64, 128, 128, device=dev).to(bf16)
+            out = torch.empty(16, 64, 130, 130, dtype=bf16, device=dev)
+            pairs = [0, 0, 0, 0, 1, 1, 1, 1]
+            return ("pad", {"x": x, "out": out}, {"pads": pairs, "mode": mode, "value": 0.0}), \
+                lambda: F.pad(x, (1, 1, 1, 1), mode)
+        return make
+    n_in, n_out = 16 * 64 * 128 * 128, 16 * 64 * 130 * 130
+    cases["pad_constant_bf16"] = ("pad", (n_in + n_out) * 2, pad("constant"))
+    cases["pad_reflect_bf16"] = ("pad", (n_in + n_out) * 2, pad("reflect"))
+
+    def gather():
+        x = torch.randn(16384, 4096, device=dev).to(bf16)
+        idx = torch.randint(0, 4096, (16384, 1024), device=dev)
+        out = torch.empty(16384, 1024, dtype=bf16, device=dev)
+        return ("gather", {"x": x, "index": idx, "out": out}, {"dim": 1}), lambda: torch.gather(x, 1, idx)
+    cases["gather_bf16"] = ("gather", 16384 * 1024 * (2 + 2 + 8), gather)
+
+    def emb_fw():
+        w = torch.randn(128256, 4096, device=dev).to(bf16)
+        ids = torch.randint(0, 128256, (16384,), device=dev)
+        out = torch.empty(16384, 4096, dtype=bf16, device=dev)
+        return ("embedding", {"x": w, "index": ids, "out": out}, {}), lambda: F.embedding(ids, w)
+    cases["embedding_fw"] = ("embedding_fw", 2 * 16384 * 4096 * 2, emb_fw)
+
+    def emb_bw():
+        g = torch.randn(16384, 4096, device=dev).to(bf16)
+        ids = torch.randint(0, 128256, (16384,), device=dev)
+        out = torch.empty(128256, 4096, dtype=bf16, device=dev)
+        return ("embedding", {"x": g, "index": ids, "out": out}, {"padding_idx": -1}, True), \
+            lambda: torch.ops.aten.embedding_dense_backward(g, ids, 128256, -1, False)
+    cases["embedding_bw"] = ("embedding_bw", (16384 * 4096 + 128256 * 4096) * 2, emb_bw)
+
+    def seg(op):
+        def make():
+            data = torch.randn(1 << 20, 64, device=dev)
+            ids = torch.randint(0, 4096, (1 << 20,), device=dev)
+            out = torch.empty(4096, 64, device=dev)
+            exp = ids.view(-1, 1).expand(-1, 64)
+            if op == "segment_max":
+                ref = lambda: torch.full((4096, 64), float("-inf"), device=dev).scatter_reduce_(  # noqa: E731
+                    0, exp, data, "amax", include_self=True)
+            else:
+                ref = lambda: torch.zeros(4096, 64, device=dev).index_add_(0, ids, data)  # noqa: E731
+            return (op, {"x": data, "index": ids, "out": out}, {"num_segments": 4096}), ref
+        return make
+    cases["segment_max_f32"] = ("segment_max", (1 << 20) * (64 * 4 + 8), seg("segment_max"))
+    cases["segment_sum_f32"] = ("segment_sum", (1 << 20) * (64 * 4 + 8), seg("segment_sum"))
+    return cases
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+    import torch.nn.functional as F
+
+    baracuda, _C = bench.import_baracuda()
+    from baracuda._autograd import current_stream, dl
+
+    info = bench.env_info(baracuda, _C)
+    copy_bps = bench.copy_bandwidth()
+    pats = QUICK if args.quick else args.cases.split(",")
+    rows, data_rows = [], []
+    for name, (key, nbytes, make) in build_cases(torch, F).items():
+        if not any(fnmatch.fnmatch(name, p) for p in pats):
+            continue
+        try:
+            spec, ref = make()
+            op, tensors, params = spec[0], spec[1], spec[2]
+            backward = len(spec) > 3 and spec[3]
+            dev = tensors["out"].device
+
+            def export():
+                return {k: [dl(t) for t in v] if isinstance(v, list) else dl(v) for k, v in tensors.items()}
+
+            nws = _C.index_workspace_size(op, backward, export(), params, False)
+            ws = torch.empty(max(nws, 1), dtype=torch.uint8, device=dev)
+            stream = current_stream(dev)
+            ours = bench.time_cuda(lambda k: _C.index(op, backward, export(), params, stream, dl(ws), False), 1,
+                                   args.warmup, args.iters, not args.no_pad)
+            theirs = bench.time_cuda(lambda k: ref(), 1, args.warmup, args.iters, not args.no_pad)
+            sku = _C.index_sku(op, backward, export(), params, False)
+            us, tus = ours["median_us"], theirs["median_us"]
+            pct = 100.0 * nbytes / (us * 1e-6) / copy_bps
+            kind, goal = TARGETS[key]
+            met = (pct >= goal) if kind == "bw" else (tus / us >= goal)
+            rows.append([name, f"{us:.1f}", f"{tus:.1f}", f"{tus / us:.2f}x", f"{nbytes / us / 1e6:.2f}", f"{pct:.0f}%",
+                         (f">= {goal:.0f}% bw" if kind == "bw" else f">= {goal}x torch") + (" met" if met else " MISSED"),
+                         sku])
+            data_rows.append({"case": name, "us": us, "torch_us": tus, "bytes": nbytes, "pct_copy_bw": pct,
+                              "target": [kind, goal], "met": met, "sku": sku})
+        except Exception as e:  # a failing case reports and the others still run
+            rows.append([name, "error", "", "", "", "", "", bench.short_error(e)])
+            data_rows.append({"case": name, "error": bench.short_error(e)})
+        print(" | ".join(str(c) for c in rows[-1]), flush=True)
+    md = bench.md_header("baracuda indexing family vs torch eager", info, copy_bps, 16384 * 4096)
+    md += "\n\n" + bench.md_table(["case", "baracuda µs", "torch µs", "speed-up", "TB/s", "% of copy bw", "target",
+                                    "sku"], rows) + "\n"
+    print(md)
+    if not args.no_write:
+        stem = "index-" + bench.gpu_slug(info["gpu"]) + (("-" + args.tag) if args.tag else "")
+        paths = bench.write_results(stem, md, {"env": info, "copy_bps": copy_bps, "rows": data_rows}, args.out_dir)
+        print("wrote", *paths)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+// baracuda._C bindings of the indexing family (include/baracuda/ops/index.hpp). Tensors arrive
+// by role in a dict ({"x": t, "index": i, "out": y, "error": flag, "inputs": [a, b]}, the
+// IndexArgs field names) and scalar parameters in a second dict (dim, pads, mode, value,
+// shifts, repeats, flip_dims, diagonal, padding_idx, num_segments); the descriptor is derived
+// from both: dtype from the output, shapes from the tensors.
+#include <cuda_runtime_api.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <string>
+#include <vector>
+
+#include "baracuda/ops/index.hpp"
+#include "ext_common.hpp"
+
+namespace nb = nanobind;
+using namespace baracuda;
+using namespace baracuda::py;
+
+namespace {
+
+struct IndexCall {
+  std::string label;
+  IndexDesc desc;
+  IndexArgs args;
+  std::vector<TensorRef> inputs;
+  std::vector<View> views;  ///< keeps the DLPack exports alive for the call
+  int device = -1;
+};
+
+template <class T>
+T param(const nb::dict& p, const char* key, T fallback) {
+  if (!p.contains(key) || p[key].is_none()) return fallback;
+  return nb::cast<T>(p[key]);
+}
+
+std::vector<int64_t> int_list(const nb::dict& p, const char* key) {
+  std::vector<int64_t> v;
+  if (!p.contains(key) || p[key].is_none()) return v;
+  for (nb::handle h : nb::iter(p[key])) v.push_back(nb::cast<int64_t>(h));
+  return v;
+}
+
+IndexCall make_call(const std::string& op, bool backward, const nb::dict& tensors, const nb::dict& params) {
+  IndexCall c;
+  const auto o = index_op_from_name(op);
+  if (!o) fail("baracuda: unknown index op '" + op + "'");
+  c.label = op + (backward ? "_backward" : "");
+  const Direction dir = backward ? Direction::Backward : Direction::Forward;
+  bool have_out = false;
+  for (auto [k, v] : tensors) {
+    const std::string key = nb::cast<std::string>(k);
+    if (v.is_none()) continue;
+    auto take = [&](const char* role, bool writable, size_t idx = 0) -> TensorMut {
+      View view = to_view(c.label, v, role, idx, writable);
+      if (c.device < 0) c.device = view.device;
+      const TensorMut t = view.t;
+      c.views.push_back(std::move(view));
+      return t;
+    };
+    if (key == "x")
+      c.args.x = take("x", false);
+    else if (key == "src")
+      c.args.src = take("src", false);
+    else if (key == "index")
+      c.args.index = take("index", false);
+    else if (key == "out") {
+      c.args.out = take("out", true);
+      have_out = true;
+    } else if (key == "error")
+      c.args.error = take("error", true);
+    else if (key == "inputs") {
+      size_t i = 0;
+      for (nb::handle h : nb::iter(v)) {
+        View view = to_view(c.label, h, "inputs", i++, false);
+        if (c.device < 0) c.device = view.device;
+        c.inputs.push_back(view.t);
+        c.views.push_back(std::move(view));
+      }
+    } else {
+      fail(c.label + ": unknown tensor role '" + key + "' (expected x, src, index, inputs, out, error)");
+    }
+  }
+  c.args.inputs = c.inputs;
+  if (!have_out) fail(c.label + ": expected an 'out' tensor");
+  const DType dt = c.args.out.dtype;
+  const DType it = c.args.index.data || c.args.index.layout.rank ? c.args.index.dtype : DType::s64;
+  const Shape xs = Shape::of(c.args.x.layout), os = Shape::of(c.args.out.layout);
+  const Shape is = Shape::of(c.args.index.layout), ss = Shape::of(c.args.src.layout);
+  const int dim = param<int>(params, "dim", 0);
+  switch (*o) {
+    case IndexOp::copy:
+      c.desc = IndexDesc::copy(dt, os);
+      break;
+    case IndexOp::cat:
+      c.desc = IndexDesc::cat(dt, os, dim, static_cast<int>(c.inputs.size()));
+      break;
+    case IndexOp::stack:
+      if (c.inputs.empty()) fail(c.label + ": expected at least one input");
+      c.desc = IndexDesc::stack(dt, Shape::of(c.inputs[0].layout), dim, static_cast<int>(c.inputs.size()));
+      break;
+    case IndexOp::pad: {
+      const auto mode = pad_mode_from_name(param<std::string>(params, "mode", "constant"));
+      if (!mode) fail(c.label + ": mode expected constant, reflect, replicate or circular");
+      const auto pads = int_list(params, "pads");
+      c.desc = IndexDesc::pad_nd(dt, backward ? os : xs, pads, *mode, param<double>(params, "value", 0.0), dir);
+      break;
+    }
+    case IndexOp::flip: {
+      uint32_t mask = 0;
+      for (int64_t d : int_list(params, "flip_dims")) mask |= 1u << (d & 31);
+      c.desc = IndexDesc::flip(dt, xs, mask);
+      break;
+    }
+    case IndexOp::roll:
+      c.desc = IndexDesc::roll(dt, xs, int_list(params, "shifts"));
+      break;
+    case IndexOp::tile:
+      c.desc = IndexDesc::tile(dt, xs, int_list(params, "repeats"));
+      break;
+    case IndexOp::triu:
+      c.desc = IndexDesc::triu(dt, xs, param<int64_t>(params, "diagonal", 0));
+      break;
+    case IndexOp::tril:
+      c.desc = IndexDesc::tril(dt, xs, param<int64_t>(params, "diagonal", 0));
+      break;
+    case IndexOp::gather:
+      c.desc = IndexDesc::gather(dt, it, xs, is, dim);
+      break;
+    case IndexOp::index_select:
+      c.desc = IndexDesc::index_select(dt, it, xs, is.numel(), dim);
+      break;
+    case IndexOp::embedding: {
+      const Shape& table = backward ? os : xs;
+      if (table.rank != 2) fail(c.label + ": weight expected 2-d, got shape " + table.str());
+      c.desc = IndexDesc::embedding(dt, it, table.dims[0], table.dims[1], is, param<int64_t>(params, "padding_idx", -1),
+                                    dir);
+      break;
+    }
+    case IndexOp::scatter_add:
+      c.desc = IndexDesc::scatter_add(dt, it, xs, is, ss, dim);
+      break;
+    case IndexOp::scatter:
+      c.desc = IndexDesc::scatter(dt, it, xs, is, ss, dim);
+      break;
+    case IndexOp::index_copy:
+      c.desc = IndexDesc::index_copy(dt, it, xs, ss, dim);
+      break;
+    case IndexOp::index_add:
+      c.desc = IndexDesc::index_add(dt, it, xs, ss, dim);
+      break;
+    case IndexOp::repeat_interleave:
+      c.desc = IndexDesc::repeat_interleave(dt, xs, param<int64_t>(params, "repeats", 1), dim);
+      break;
+    case IndexOp::segment_sum:
+    case IndexOp::segment_max:
+    case IndexOp::segment_min:
+      c.desc = IndexDesc::segment(dt, it, xs, param<int64_t>(params, "num_segments", 0), *o);
+      break;
+  }
+  c.desc.direction = dir;
+  return c;
+}
+
+PlanPreference pref_of(bool deterministic, bool vectorized) {
+  PlanPreference p;
+  p.require_deterministic = deterministic;
+  if (!vectorized) p.vectorized = Tristate::Forbid;
+  return p;
+}
+
+nb::list dtype_names(DTypeSet s) {
+  nb::list l;
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (contains(s, static_cast<DType>(i))) l.append(std::string(name(static_cast<DType>(i))));
+  return l;
+}
+
+nb::list index_ops_rows() {
+  nb::list rows;
+  for (const auto& r : index_ops()) {
+    nb::dict d;
+    d["name"] = r.name;
+    d["engine"] = r.engine == IndexEngine::copy ? "copy" : r.engine == IndexEngine::gather ? "gather" : "scatter";
+    d["fw_dtypes"] = dtype_names(r.fw_dtypes);
+    d["bw_dtypes"] = dtype_names(r.bw_dtypes);
+    d["index"] = r.takes_index;
+    rows.append(d);
+  }
+  return rows;
+}
+
+void bind_index(nb::module_& m) {
+  m.def("index_ops", &index_ops_rows, "One dict per row of index_ops.def.");
+  m.def(
+      "index",
+      [](const std::string& op, bool backward, nb::dict tensors, nb::dict params, uintptr_t stream,
+         nb::object workspace, bool deterministic, bool vectorized) {
+        IndexCall c = make_call(op, backward, tensors, params);
+        c.args.inputs = c.inputs;  // the span follows the vector into this frame
+        Workspace ws{};
+        View wsv;
+        if (!workspace.is_none()) {
+          wsv = to_view(c.label, workspace, "workspace", 0, true);
+          ws.ptr = wsv.t.data;
+          ws.bytes = static_cast<size_t>(wsv.t.numel()) * static_cast<size_t>(size_in_bytes(wsv.t.dtype));
+        }
+        Result<void> r;
+        {
+          nb::gil_scoped_release release;
+          DeviceGuard g(c.device);
+          r = baracuda::index(reinterpret_cast<cudaStream_t>(stream), c.desc, c.args, ws,
+                              pref_of(deterministic, vectorized));
+        }
+        unwrap(r);
+      },
+      nb::arg("op"), nb::arg("backward"), nb::arg("tensors"), nb::arg("params"), nb::arg("stream") = 0,
+      nb::arg("workspace") = nb::none(), nb::arg("deterministic") = false, nb::arg("vectorized") = true,
+      "Runs an indexing-family plan (cached by descriptor) on `stream`. `tensors` maps IndexArgs roles (x, src, "
+      "index, inputs (a list), out, error) to tensors; `params` holds dim, pads, mode, value, shifts, repeats, "
+      "flip_dims, diagonal, padding_idx, num_segments. `deterministic` = PlanPreference::require_deterministic.");
+  m.def(
+      "index_workspace_size",
+      [](const std::string& op, bool backward, nb::dict tensors, nb::dict params, bool deterministic) {
+        IndexCall c = make_call(op, backward, tensors, params);
+        c.args.inputs = c.inputs;  // the span follows the vector into this frame
+        DeviceGuard g(c.device);
+        return unwrap(IndexPlan::select(target_for(c.device), c.desc, pref_of(deterministic, true))).workspace_size();
+      },
+      nb::arg("op"), nb::arg("backward"), nb::arg("tensors"), nb::arg("params"), nb::arg("deterministic") = false);
+  m.def(
+      "index_sku",
+      [](const std::string& op, bool backward, nb::dict tensors, nb::dict params, bool deterministic, bool vectorized) {
+        IndexCall c = make_call(op, backward, tensors, params);
+        c.args.inputs = c.inputs;  // the span follows the vector into this frame
+        DeviceGuard g(c.device);
+        const IndexPlan p = unwrap(IndexPlan::select(target_for(c.device), c.desc, pref_of(deterministic, vectorized)));
+        unwrap(p.can_implement(c.args));
+        return p.sku().to_string() + " layout=" + p.layout_for(c.args);
+      },
+      nb::arg("op"), nb::arg("backward"), nb::arg("tensors"), nb::arg("params"), nb::arg("deterministic") = false,
+      nb::arg("vectorized") = true);
+}
+
+const bool reg = baracuda::py::register_bindings(&bind_index);
+
+}  // namespace

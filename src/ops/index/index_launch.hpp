@@ -1,0 +1,152 @@
+// Host <-> kernel interface of the indexing family: plain parameter structs (no CUDA types
+// beyond cuda_runtime_api.h) filled by plan.cpp and launched by the .cu files of src/ops/index.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "baracuda/core/dtype.hpp"
+
+namespace baracuda::detail::idx {
+
+inline constexpr int kRank = 8;
+
+// ---- mapped copy ---------------------------------------------------------------------------------
+/// How an output coordinate o of one dim becomes an input coordinate i (then i * in_stride).
+/// Coordinates that land outside [0, in_size) take the fill value.
+enum MapMode : int32_t {
+  kIdentity = 0,  ///< i = o - a (a = pad before; slices and constant pads)
+  kFlip,          ///< i = in_size - 1 - o
+  kRoll,          ///< i = (o - a) mod in_size, a in [0, in_size)
+  kReflect,       ///< i = |o - a| mirrored at both ends without repeating the edge
+  kReplicate,     ///< i = clamp(o - a, 0, in_size - 1)
+  kCircular,      ///< i = (o - a) mod in_size
+  kTile,          ///< i = o mod in_size
+  kRepeat,        ///< i = o / a (repeat_interleave, a >= 1)
+};
+
+struct MapDim {
+  int64_t out_size = 1;
+  int64_t out_stride = 0;
+  int64_t in_size = 1;
+  int64_t in_stride = 0;
+  int64_t a = 0;
+  int32_t mode = kIdentity;
+};
+
+struct CopyParams {
+  int rank = 0;
+  MapDim d[kRank];
+  char* out = nullptr;
+  const char* in = nullptr;  ///< null: every element takes the fill value
+  int64_t total = 0;         ///< output elements
+  int tri_row = -1;          ///< triu/tril: the row and column dims (after reordering), or -1
+  int tri_col = -1;
+  int64_t tri_k = 0;
+  int tri_upper = 0;  ///< 1: keep col - row >= k (triu); 0: keep col - row <= k (tril)
+  alignas(16) unsigned char fill[16] = {};
+};
+
+/// Element sizes 1, 2, 4, 8, 16 bytes; i64 selects 64-bit index arithmetic.
+cudaError_t launch_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream);
+
+/// A pure permutation copy whose innermost output dim is not the input's unit-stride dim:
+/// 32 x 32 tiles through shared memory over dims (in_inner, out_inner), the rest as batch.
+struct TransposeParams {
+  int rank = 0;
+  int64_t size[kRank] = {};
+  int64_t in_stride[kRank] = {};
+  int64_t out_stride[kRank] = {};
+  int in_inner = 0;   ///< dim with in_stride 1
+  int out_inner = 0;  ///< dim with out_stride 1
+  char* out = nullptr;
+  const char* in = nullptr;
+  int64_t tiles = 0;  ///< tiles per batch entry (set by launch_transpose)
+  int64_t batch = 1;
+  /// 1- and 2-byte elements: move 4-byte words of 4 / size elements on both sides (tiles of
+  /// 128 / 64 elements a side), so each warp reads and writes 128-byte rows. Set by the host
+  /// when both inner sizes, the strides of every other dim and the pointers allow whole words.
+  int words = 0;
+};
+/// The word-transposing variant applies (see TransposeParams::words).
+bool transpose_words_ok(const TransposeParams& p, int elem_bytes);
+cudaError_t launch_transpose(const TransposeParams& p, int elem_bytes, cudaStream_t stream);
+
+/// The fill bytes of `value` converted to `dt` with torch's rules (host side).
+void fill_bits(DType dt, double value, unsigned char out[16]);
+
+// ---- pad backward -------------------------------------------------------------------------------
+struct PadBwParams {
+  int rank = 0;
+  int64_t in_size[kRank] = {};  ///< grad_input (= forward input) shape
+  int64_t gin_stride[kRank] = {};
+  int64_t out_size[kRank] = {};  ///< grad_output (= padded) shape
+  int64_t dy_stride[kRank] = {};
+  int64_t before[kRank] = {};
+  int mode = 0;  ///< PadMode
+  void* gin = nullptr;
+  const void* dy = nullptr;
+  int64_t total = 0;
+};
+cudaError_t launch_pad_backward(const PadBwParams& p, DType dt, cudaStream_t stream);
+
+// ---- gather / scatter geometry --------------------------------------------------------------------
+/// Slice l (l < L, decomposed over the index dims) and element p of a slice (p < P, decomposed
+/// over the slice dims). Side A is addressed by position (gather's output, scatter's source),
+/// side B by the index (gather's source, scatter's output):
+///   idx   = index[sum c_i * index_stride_i]
+///   A off = sum c_i * a_istride_i + sum s_j * a_sstride_j
+///   B off = idx * kstride + sum c_i * b_istride_i + sum s_j * b_sstride_j
+struct Geom {
+  int ri = 0;
+  int64_t isize[kRank] = {};
+  int64_t index_stride[kRank] = {};
+  int64_t a_istride[kRank] = {};
+  int64_t b_istride[kRank] = {};
+  int rs = 0;
+  int64_t ssize[kRank] = {};
+  int64_t a_sstride[kRank] = {};
+  int64_t b_sstride[kRank] = {};
+  int64_t kstride = 0;
+  int64_t ksize = 0;  ///< valid index values: [0, ksize)
+  int64_t L = 0, P = 1;
+  int64_t skip = -1;  ///< an index value whose slice is skipped (embedding padding_idx)
+  int report = 1;     ///< 1: out-of-range indices set *error; 0: silently dropped (segment ops)
+  const void* index = nullptr;
+  int* error = nullptr;  ///< may be null
+};
+
+/// out (A) <- src (B); out-of-range slices are written with zero bytes.
+cudaError_t launch_gather(const Geom& g, char* out, const char* src, int elem_bytes, DType index_dtype, bool i64,
+                          cudaStream_t stream);
+
+enum class Reduce : int { sum, max, min };
+/// out (B) op= src (A) with atomics.
+cudaError_t launch_scatter_atomic(const Geom& g, void* out, const void* src, DType dt, DType index_dtype, Reduce r,
+                                  cudaStream_t stream);
+
+/// out (B) <- src (A), unordered among duplicates (scatter, index_copy).
+cudaError_t launch_scatter_copy(const Geom& g, char* out, const char* src, int elem_bytes, DType index_dtype,
+                                cudaStream_t stream);
+
+/// Sorted path: keys[l] = B offset of slice l's base (or `sentinel` when skipped/out of range),
+/// vals[l] = l.
+cudaError_t launch_scatter_keys(const Geom& g, DType index_dtype, int64_t sentinel, int64_t* keys, int64_t* vals,
+                                cudaStream_t stream);
+/// Scratch bytes of the stable radix sort of n (key, value) int64 pairs over key bits
+/// [0, end_bit). Needs a device (CUB asks for the PTX version); fails without one.
+cudaError_t sort_temp_bytes(int64_t n, int end_bit, size_t* bytes);
+/// Sorts (keys, vals) with double buffers (k0/k1, v0/v1); *which = the buffer index (0 or 1)
+/// holding the result.
+cudaError_t sort_pairs(void* temp, size_t temp_bytes, int64_t* k0, int64_t* k1, int64_t* v0, int64_t* v1, int64_t n,
+                       int end_bit, int* which, cudaStream_t stream);
+/// One thread per (sorted slot s, slice element p) whose slot starts a run of equal keys: sums
+/// the run's source elements in slot order (stable sort: index order) and adds the sum to B.
+cudaError_t launch_scatter_sorted(const Geom& g, const int64_t* keys, const int64_t* vals, int64_t sentinel, void* out,
+                                  const void* src, DType dt, cudaStream_t stream);
+/// The assigning variant: each run's last source (in index order) is copied, byte for byte.
+cudaError_t launch_scatter_sorted_copy(const Geom& g, const int64_t* keys, const int64_t* vals, int64_t sentinel,
+                                       char* out, const char* src, int elem_bytes, cudaStream_t stream);
+
+}  // namespace baracuda::detail::idx

@@ -1,0 +1,678 @@
+// IndexPlan: descriptor validation, argument checks and the lowering of every op of the
+// indexing family onto its engine (index_launch.hpp): the mapped copy, the gather, the scatter.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "baracuda/ops/index.hpp"
+#include "core/impl_list.hpp"
+#include "core/plan_common.hpp"
+#include "ops/index/index_launch.hpp"
+
+namespace baracuda {
+
+// ---- the table -------------------------------------------------------------------------------
+namespace {
+const IndexOpInfo kOps[] = {
+#define BARACUDA_INDEX(name, engine, fw, bw, index) \
+  {IndexOp::name, #name, IndexEngine::engine, DTypeSet(fw), DTypeSet(bw), (index) != 0},
+#include "baracuda/ops/index_ops.def"
+#undef BARACUDA_INDEX
+};
+
+using detail::dtype_list;
+using detail::invalid;
+using detail::unsupported;
+std::string dname(DType t) { return std::string(name(t)); }
+std::string str(int64_t v) { return std::to_string(v); }
+
+std::string op_label(const IndexDesc& d) {
+  return std::string(info(d.op).name) + (d.direction == Direction::Backward ? "_backward" : "");
+}
+bool is_segment(IndexOp op) {
+  return op == IndexOp::segment_sum || op == IndexOp::segment_max || op == IndexOp::segment_min;
+}
+bool is_assign(IndexOp op) { return op == IndexOp::scatter || op == IndexOp::index_copy; }
+bool is_sum_scatter(IndexOp op) {
+  return op == IndexOp::scatter_add || op == IndexOp::index_add || op == IndexOp::segment_sum;
+}
+}  // namespace
+
+std::span<const IndexOpInfo> index_ops() { return kOps; }
+const IndexOpInfo& info(IndexOp op) { return kOps[static_cast<int>(op)]; }
+std::optional<IndexOp> index_op_from_name(std::string_view n) {
+  for (const auto& r : kOps)
+    if (n == r.name) return r.op;
+  return std::nullopt;
+}
+
+const char* to_string(PadMode m) {
+  switch (m) {
+    case PadMode::constant:
+      return "constant";
+    case PadMode::reflect:
+      return "reflect";
+    case PadMode::replicate:
+      return "replicate";
+    case PadMode::circular:
+      return "circular";
+  }
+  return "?";
+}
+std::optional<PadMode> pad_mode_from_name(std::string_view n) {
+  for (PadMode m : {PadMode::constant, PadMode::reflect, PadMode::replicate, PadMode::circular})
+    if (n == to_string(m)) return m;
+  return std::nullopt;
+}
+
+// ---- descriptor factories ------------------------------------------------------------------------
+namespace {
+IndexDesc base(IndexOp op, DType dt, const Shape& in) {
+  IndexDesc d;
+  d.op = op;
+  d.dtype = dt;
+  d.in_shape = in;
+  d.out_shape = in;
+  return d;
+}
+}  // namespace
+
+IndexDesc IndexDesc::copy(DType dt, const Shape& shape) { return base(IndexOp::copy, dt, shape); }
+
+IndexDesc IndexDesc::cat(DType dt, const Shape& out_shape, int dim, int num_inputs) {
+  IndexDesc d = base(IndexOp::cat, dt, out_shape);
+  d.dim = dim;
+  d.num_inputs = num_inputs;
+  return d;
+}
+
+IndexDesc IndexDesc::stack(DType dt, const Shape& in_shape, int dim, int num_inputs) {
+  IndexDesc d = base(IndexOp::stack, dt, in_shape);
+  d.dim = dim;
+  d.num_inputs = num_inputs;
+  if (in_shape.rank >= 0 && in_shape.rank < kMaxRank && dim >= 0 && dim <= in_shape.rank) {
+    d.out_shape.rank = in_shape.rank + 1;
+    for (int i = 0, j = 0; i < d.out_shape.rank; ++i) d.out_shape.dims[i] = i == dim ? num_inputs : in_shape.dims[j++];
+  }
+  return d;
+}
+
+IndexDesc IndexDesc::pad_nd(DType dt, const Shape& in_shape, std::span<const int64_t> pads, PadMode mode, double value,
+                            Direction dir) {
+  IndexDesc d = base(IndexOp::pad, dt, in_shape);
+  d.direction = dir;
+  d.pad_mode = mode;
+  d.value = value;
+  for (size_t i = 0; i < pads.size() && i < d.pad.size(); ++i) d.pad[i] = pads[i];
+  d.num_inputs = static_cast<int>(pads.size());  // checked by select: 2 * rank
+  for (int i = 0; i < in_shape.rank && i < kMaxRank; ++i) d.out_shape.dims[i] += d.pad[2 * i] + d.pad[2 * i + 1];
+  if (dir == Direction::Backward) std::swap(d.in_shape, d.out_shape);  // x = padded grad, out = input grad
+  return d;
+}
+
+IndexDesc IndexDesc::flip(DType dt, const Shape& shape, uint32_t dims) {
+  IndexDesc d = base(IndexOp::flip, dt, shape);
+  d.flip_dims = dims;
+  return d;
+}
+
+IndexDesc IndexDesc::roll(DType dt, const Shape& shape, std::span<const int64_t> shifts) {
+  IndexDesc d = base(IndexOp::roll, dt, shape);
+  for (size_t i = 0; i < shifts.size() && i < d.shifts.size(); ++i) d.shifts[i] = shifts[i];
+  d.num_inputs = static_cast<int>(shifts.size());
+  return d;
+}
+
+IndexDesc IndexDesc::tile(DType dt, const Shape& in_shape, std::span<const int64_t> repeats) {
+  IndexDesc d = base(IndexOp::tile, dt, in_shape);
+  for (size_t i = 0; i < repeats.size() && i < d.repeats.size(); ++i) d.repeats[i] = repeats[i];
+  d.num_inputs = static_cast<int>(repeats.size());
+  for (int i = 0; i < in_shape.rank && i < kMaxRank; ++i) {
+    int64_t v = 0;
+    if (!__builtin_mul_overflow(in_shape.dims[i], d.repeats[i], &v))
+      d.out_shape.dims[i] = v;
+    else
+      d.out_shape.dims[i] = -1;  // refused by select
+  }
+  return d;
+}
+
+IndexDesc IndexDesc::triu(DType dt, const Shape& shape, int64_t diagonal) {
+  IndexDesc d = base(IndexOp::triu, dt, shape);
+  d.diagonal = diagonal;
+  return d;
+}
+
+IndexDesc IndexDesc::tril(DType dt, const Shape& shape, int64_t diagonal) {
+  IndexDesc d = base(IndexOp::tril, dt, shape);
+  d.diagonal = diagonal;
+  return d;
+}
+
+IndexDesc IndexDesc::gather(DType dt, DType it, const Shape& in_shape, const Shape& index_shape, int dim) {
+  IndexDesc d = base(IndexOp::gather, dt, in_shape);
+  d.index_dtype = it;
+  d.index_shape = index_shape;
+  d.out_shape = index_shape;
+  d.dim = dim;
+  return d;
+}
+
+IndexDesc IndexDesc::index_select(DType dt, DType it, const Shape& in_shape, int64_t count, int dim) {
+  IndexDesc d = base(IndexOp::index_select, dt, in_shape);
+  d.index_dtype = it;
+  d.index_shape = Shape::of({count});
+  d.dim = dim;
+  if (dim >= 0 && dim < in_shape.rank) d.out_shape.dims[dim] = count;
+  return d;
+}
+
+IndexDesc IndexDesc::embedding(DType dt, DType it, int64_t num_weights, int64_t embedding_dim, const Shape& index_shape,
+                               int64_t padding_idx, Direction dir) {
+  IndexDesc d;
+  d.op = IndexOp::embedding;
+  d.direction = dir;
+  d.dtype = dt;
+  d.index_dtype = it;
+  d.index_shape = index_shape;
+  d.padding_idx = padding_idx;
+  Shape rows = index_shape;
+  if (rows.rank >= 0 && rows.rank < kMaxRank)
+    rows.dims[rows.rank++] = embedding_dim;
+  else
+    rows.rank = -1;  // refused by select
+  const Shape table = Shape::of({num_weights, embedding_dim});
+  d.in_shape = dir == Direction::Forward ? table : rows;
+  d.out_shape = dir == Direction::Forward ? rows : table;
+  return d;
+}
+
+IndexDesc IndexDesc::scatter_add(DType dt, DType it, const Shape& self_shape, const Shape& index_shape,
+                                 const Shape& src_shape, int dim) {
+  IndexDesc d = base(IndexOp::scatter_add, dt, self_shape);
+  d.index_dtype = it;
+  d.index_shape = index_shape;
+  d.src_shape = src_shape;
+  d.dim = dim;
+  return d;
+}
+
+IndexDesc IndexDesc::index_add(DType dt, DType it, const Shape& self_shape, const Shape& src_shape, int dim) {
+  IndexDesc d = base(IndexOp::index_add, dt, self_shape);
+  d.index_dtype = it;
+  d.src_shape = src_shape;
+  d.dim = dim;
+  d.index_shape = Shape::of({dim >= 0 && dim < src_shape.rank ? src_shape.dims[dim] : 0});
+  return d;
+}
+
+IndexDesc IndexDesc::scatter(DType dt, DType it, const Shape& self_shape, const Shape& index_shape,
+                             const Shape& src_shape, int dim) {
+  IndexDesc d = scatter_add(dt, it, self_shape, index_shape, src_shape, dim);
+  d.op = IndexOp::scatter;
+  return d;
+}
+
+IndexDesc IndexDesc::index_copy(DType dt, DType it, const Shape& self_shape, const Shape& src_shape, int dim) {
+  IndexDesc d = index_add(dt, it, self_shape, src_shape, dim);
+  d.op = IndexOp::index_copy;
+  return d;
+}
+
+IndexDesc IndexDesc::repeat_interleave(DType dt, const Shape& in_shape, int64_t repeats, int dim) {
+  IndexDesc d = base(IndexOp::repeat_interleave, dt, in_shape);
+  d.dim = dim;
+  for (int i = 0; i < kMaxRank; ++i) d.repeats[i] = 1;
+  if (dim >= 0 && dim < in_shape.rank && dim < kMaxRank) {
+    d.repeats[dim] = repeats;
+    int64_t v = 0;
+    d.out_shape.dims[dim] = __builtin_mul_overflow(in_shape.dims[dim], repeats, &v) ? -1 : v;  // -1: refused
+  }
+  return d;
+}
+
+IndexDesc IndexDesc::segment(DType dt, DType it, const Shape& data_shape, int64_t num_segments, IndexOp op) {
+  IndexDesc d = base(op, dt, data_shape);
+  d.index_dtype = it;
+  d.num_segments = num_segments;
+  d.index_shape = Shape::of({data_shape.rank >= 1 ? data_shape.dims[0] : 0});
+  if (data_shape.rank >= 1) d.out_shape.dims[0] = num_segments;
+  return d;
+}
+
+// ---- select ----------------------------------------------------------------------------------
+namespace {
+Result<void> check_shape(const std::string& label, const char* what, const Shape& s) {
+  if (s.rank < 0 || s.rank > kMaxRank) return invalid(label + ": " + what + " rank expected 0..8, got " + str(s.rank));
+  for (int i = 0; i < s.rank; ++i)
+    if (s.dims[i] < 0) return invalid(label + ": negative size in " + what + " shape " + s.str());
+  return {};
+}
+
+Result<void> check_dim(const std::string& label, int dim, int rank) {
+  if (dim < 0 || dim >= rank)
+    return invalid(label + ": dim expected in [0, " + str(rank) + ") (normalize negative dims first), got " + str(dim));
+  return {};
+}
+
+Result<void> check_desc(const IndexDesc& d) {
+  const auto& in = info(d.op);
+  const std::string label = op_label(d);
+  // Counts that would surface later as a negative output size: named first.
+  if (is_segment(d.op) && d.num_segments < 0)
+    return invalid(label + ": num_segments expected >= 0, got " + str(d.num_segments));
+  if (d.op == IndexOp::repeat_interleave && d.dim >= 0 && d.dim < kMaxRank && d.repeats[d.dim] < 0)
+    return invalid(label + ": repeats expected >= 0, got " + str(d.repeats[d.dim]));
+  if (d.op == IndexOp::tile)
+    for (int i = 0; i < kMaxRank; ++i)
+      if (d.repeats[i] < 0) return invalid(label + ": repeats[" + str(i) + "] expected >= 0, got " + str(d.repeats[i]));
+  BARACUDA_TRY(check_shape(label, "input", d.in_shape));
+  BARACUDA_TRY(check_shape(label, "output", d.out_shape));
+  if (in.takes_index) {
+    BARACUDA_TRY(check_shape(label, "index", d.index_shape));
+    if (d.index_dtype != DType::s32 && d.index_dtype != DType::s64)
+      return invalid(label + ": index dtype expected int32 or int64, got " + dname(d.index_dtype));
+  }
+  const int r = d.in_shape.rank;
+  switch (d.op) {
+    case IndexOp::copy:
+      break;
+    case IndexOp::cat:
+      BARACUDA_TRY(check_dim(label, d.dim, r));
+      if (d.num_inputs < 1) return invalid(label + ": num_inputs expected >= 1, got " + str(d.num_inputs));
+      break;
+    case IndexOp::stack:
+      if (d.dim < 0 || d.dim > r) return invalid(label + ": dim expected in [0, " + str(r) + "], got " + str(d.dim));
+      if (r >= kMaxRank) return invalid(label + ": input rank expected <= 7 (the output gains a dim), got " + str(r));
+      if (d.num_inputs < 1) return invalid(label + ": num_inputs expected >= 1, got " + str(d.num_inputs));
+      break;
+    case IndexOp::pad: {
+      // The forward's input and padded output (swapped in the descriptor for the backward).
+      const bool bw = d.direction == Direction::Backward;
+      const Shape& fin = bw ? d.out_shape : d.in_shape;
+      const Shape& fout = bw ? d.in_shape : d.out_shape;
+      if (d.num_inputs != 2 * r)
+        return invalid(label + ": pads expected 2 per dim (" + str(2 * r) + " values for input shape " + fin.str() +
+                       "), got " + str(d.num_inputs));
+      for (int i = 0; i < r; ++i) {
+        const int64_t b = d.pad[2 * i], a = d.pad[2 * i + 1], n = fin.dims[i];
+        if (fout.dims[i] < 0)
+          return invalid(label + ": padded size of dim " + str(i) + " expected >= 0, got " + str(fout.dims[i]));
+        if (d.pad_mode != PadMode::constant && (b < 0 || a < 0))
+          return invalid(label + ": negative padding (cropping) is supported by constant mode only, got " + str(b) +
+                         ", " + str(a) + " on dim " + str(i) + " in " + to_string(d.pad_mode) + " mode");
+        if (d.pad_mode == PadMode::reflect && (b >= n || a >= n) && (a | b) != 0)
+          return invalid(label + ": reflect padding of dim " + str(i) + " expected < the input size " + str(n) +
+                         ", got " + str(b) + ", " + str(a));
+        if (d.pad_mode == PadMode::circular && (b > n || a > n))
+          return invalid(label + ": circular padding of dim " + str(i) + " expected <= the input size " + str(n) +
+                         ", got " + str(b) + ", " + str(a));
+        if (d.pad_mode != PadMode::constant && n == 0 && (a | b) != 0)
+          return invalid(label + ": " + to_string(d.pad_mode) + " padding of the empty dim " + str(i) +
+                         " (input shape " + fin.str() + ")");
+      }
+      break;
+    }
+    case IndexOp::flip:
+      if (r < 32 && (d.flip_dims >> r) != 0) return invalid(label + ": flip_dims names a dim >= the rank " + str(r));
+      break;
+    case IndexOp::roll:
+      if (d.num_inputs != r)
+        return invalid(label + ": shifts expected one per dim (" + str(r) + "), got " + str(d.num_inputs));
+      break;
+    case IndexOp::tile:
+      if (d.num_inputs != r)
+        return invalid(label + ": repeats expected one per dim (" + str(r) + "), got " + str(d.num_inputs));
+      for (int i = 0; i < r; ++i)
+        if (d.repeats[i] < 0 || d.out_shape.dims[i] < 0)
+          return invalid(label + ": repeats[" + str(i) + "] expected >= 0 (and a size that fits int64), got " +
+                         str(d.repeats[i]));
+      break;
+    case IndexOp::repeat_interleave:
+      BARACUDA_TRY(check_dim(label, d.dim, r));
+      if (d.repeats[d.dim] < 0 || d.out_shape.dims[d.dim] < 0)
+        return invalid(label + ": repeats expected >= 0 (and a size that fits int64), got " + str(d.repeats[d.dim]));
+      break;
+    case IndexOp::triu:
+    case IndexOp::tril:
+      if (r < 2) return invalid(label + ": input rank expected >= 2, got " + str(r));
+      break;
+    case IndexOp::gather:
+      BARACUDA_TRY(check_dim(label, d.dim, std::max(r, 1)));
+      if (d.index_shape.rank != r)
+        return invalid(label + ": index rank expected " + str(r) + " (the input's), got " + str(d.index_shape.rank));
+      for (int i = 0; i < r; ++i)
+        if (i != d.dim && d.index_shape.dims[i] > d.in_shape.dims[i])
+          return invalid(label + ": index.shape[" + str(i) + "]=" + str(d.index_shape.dims[i]) +
+                         " expected <= input.shape[" + str(i) + "]=" + str(d.in_shape.dims[i]));
+      if (r == 0) return invalid(label + ": input rank expected >= 1 (view a scalar as [1])");
+      break;
+    case IndexOp::index_select:
+      if (r == 0) return invalid(label + ": input rank expected >= 1 (view a scalar as [1])");
+      BARACUDA_TRY(check_dim(label, d.dim, r));
+      if (d.index_shape.rank != 1) return invalid(label + ": index rank expected 1, got " + str(d.index_shape.rank));
+      break;
+    case IndexOp::embedding: {
+      const Shape& table = d.direction == Direction::Forward ? d.in_shape : d.out_shape;
+      if (table.rank != 2) return invalid(label + ": weight rank expected 2");
+      if (d.index_shape.rank > kMaxRank - 1)
+        return invalid(label + ": index rank expected <= 7 (the output appends the embedding dim), got " +
+                       str(d.index_shape.rank));
+      if (d.padding_idx < -1 || d.padding_idx >= table.dims[0])
+        return invalid(label + ": padding_idx expected -1 (none) or in [0, " + str(table.dims[0]) +
+                       ") (normalize negative values first), got " + str(d.padding_idx));
+      break;
+    }
+    case IndexOp::scatter:
+    case IndexOp::scatter_add:
+      if (r == 0) return invalid(label + ": self rank expected >= 1 (view a scalar as [1])");
+      BARACUDA_TRY(check_dim(label, d.dim, r));
+      BARACUDA_TRY(check_shape(label, "src", d.src_shape));
+      if (d.index_shape.rank != r || d.src_shape.rank != r)
+        return invalid(label + ": index and src ranks expected " + str(r) + " (self's), got " +
+                       str(d.index_shape.rank) + " and " + str(d.src_shape.rank));
+      for (int i = 0; i < r; ++i) {
+        if (d.index_shape.dims[i] > d.src_shape.dims[i])
+          return invalid(label + ": index.shape[" + str(i) + "]=" + str(d.index_shape.dims[i]) +
+                         " expected <= src.shape[" + str(i) + "]=" + str(d.src_shape.dims[i]));
+        if (i != d.dim && d.index_shape.dims[i] > d.in_shape.dims[i])
+          return invalid(label + ": index.shape[" + str(i) + "]=" + str(d.index_shape.dims[i]) +
+                         " expected <= self.shape[" + str(i) + "]=" + str(d.in_shape.dims[i]));
+      }
+      break;
+    case IndexOp::index_copy:
+    case IndexOp::index_add:
+      if (r == 0) return invalid(label + ": self rank expected >= 1 (view a scalar as [1])");
+      BARACUDA_TRY(check_dim(label, d.dim, r));
+      BARACUDA_TRY(check_shape(label, "src", d.src_shape));
+      if (d.src_shape.rank != r)
+        return invalid(label + ": src rank expected " + str(r) + ", got " + str(d.src_shape.rank));
+      for (int i = 0; i < r; ++i)
+        if (i != d.dim && d.src_shape.dims[i] != d.in_shape.dims[i])
+          return invalid(label + ": src.shape[" + str(i) + "]=" + str(d.src_shape.dims[i]) + " expected " +
+                         str(d.in_shape.dims[i]) + " (self's)");
+      if (d.index_shape.rank != 1 || d.index_shape.dims[0] != d.src_shape.dims[d.dim])
+        return invalid(label + ": index expected 1-d with src.shape[dim]=" + str(d.src_shape.dims[d.dim]) +
+                       " entries, got shape " + d.index_shape.str());
+      break;
+    case IndexOp::segment_sum:
+    case IndexOp::segment_max:
+    case IndexOp::segment_min:
+      if (r == 0) return invalid(label + ": data rank expected >= 1, got 0");
+      if (d.num_segments < 0) return invalid(label + ": num_segments expected >= 0, got " + str(d.num_segments));
+      if (d.index_shape.rank != 1 || d.index_shape.dims[0] != d.in_shape.dims[0])
+        return invalid(label + ": segment_ids expected 1-d with data.shape[0]=" + str(d.in_shape.dims[0]) +
+                       " entries, got shape " + d.index_shape.str());
+      break;
+  }
+  return {};
+}
+
+Result<void> native_accepts(const Target& target, const IndexDesc& d, const PlanPreference& pref) {
+  const auto& in = info(d.op);
+  const std::string label = op_label(d);
+  if (pref.backend != Backend::Any && pref.backend != Backend::Native)
+    return unsupported(label + ": preference backend=" + to_string(pref.backend) +
+                       " cannot be honoured (the indexing family has only the native backend)");
+  if (pref.tf32 == Tristate::Require)
+    return unsupported(label + ": preference tf32=Require cannot be honoured (no TF32 mode in indexing ops)");
+  if (pref.reduced_precision_reduction == Tristate::Require)
+    return unsupported(label +
+                       ": preference reduced_precision_reduction=Require cannot be honoured (sums accumulate in "
+                       "f32, f64 for f64, or atomically in the storage dtype)");
+  if (target.sm < 80) return unsupported(label + ": target sm_" + str(target.sm) + " is below the minimum sm_80");
+  const bool bw = d.direction == Direction::Backward;
+  const DTypeSet allowed = bw ? in.bw_dtypes : in.fw_dtypes;
+  if (allowed == 0)
+    return unsupported(label + ": " + in.name +
+                       " has no backward plan (its gradient is composed from forward ops: see docs/design.md)");
+  if (!contains(allowed, d.dtype))
+    return unsupported(label + ": dtype expected one of {" + dtype_list(allowed) + "}, got " + dname(d.dtype));
+  return {};
+}
+
+struct IndexImpl {
+  const char* name;
+  Result<void> (*accepts)(const Target&, const IndexDesc&, const PlanPreference&);
+};
+constexpr IndexImpl kIndexImpls[] = {{"native", native_accepts}};
+
+size_t round256(size_t v) { return (v + 255) / 256 * 256; }
+}  // namespace
+
+Result<IndexPlan> IndexPlan::select(const Target& target, const IndexDesc& desc, const PlanPreference& pref) {
+  if (static_cast<size_t>(desc.op) >= std::size(kOps))
+    return invalid("index: op id " + str(static_cast<int>(desc.op)) + " is out of range");
+  BARACUDA_TRY(check_desc(desc));
+  const std::string label = op_label(desc);
+  auto impl = detail::first_accepting<IndexImpl>(label, kIndexImpls, target, desc, pref);
+  if (!impl) return impl.error();
+
+  IndexPlan p;
+  p.desc_ = desc;
+  p.allow_vectorized_ = pref.vectorized != Tristate::Forbid;
+  const auto& in = info(desc.op);
+  // Sums: the sorted path when asked for determinism, and always for embedding's backward
+  // (torch's is deterministic too, and a sorted run beats bf16 atomics on repeated ids).
+  const bool emb_bw = desc.op == IndexOp::embedding && desc.direction == Direction::Backward;
+  p.sorted_ =
+      ((is_sum_scatter(desc.op) || is_assign(desc.op)) && (pref.require_deterministic || pref.require_bit_stable)) ||
+      emb_bw;
+
+  p.sku_.category = "index";
+  p.sku_.op = label;
+  p.sku_.dtypes = dname(desc.dtype) + (in.takes_index ? "," + dname(desc.index_dtype) : "") + "->" + dname(desc.dtype);
+  p.sku_.arch = target.sm >= 90 ? "sm_90a" : "sm_80";
+  p.sku_.backend = Backend::Native;
+  p.sku_.layout = std::string(in.engine == IndexEngine::copy     ? "mapped-copy"
+                              : in.engine == IndexEngine::gather ? "gather"
+                              : p.sorted_                        ? "scatter-sorted"
+                                                                 : "scatter-atomic") +
+                  (p.allow_vectorized_ ? "" : " (vectorization forbidden)");
+  auto& pr = p.sku_.precision;
+  pr.math = desc.dtype;
+  pr.accumulator = desc.dtype;
+  pr.deterministic = true;
+  pr.bit_stable = true;
+  if (in.engine == IndexEngine::copy) {
+    pr.note = desc.op == IndexOp::pad && desc.direction == Direction::Backward
+                  ? "each input gradient sums its padded positions in fixed order"
+                  : "exact copy (bytes moved, no arithmetic)";
+    if (desc.op == IndexOp::pad && desc.direction == Direction::Backward)
+      pr.math = pr.accumulator = desc.dtype == DType::f64 ? DType::f64 : DType::f32;
+  } else if (in.engine == IndexEngine::gather) {
+    pr.note = desc.direction == Direction::Backward ? "" : "exact copy (bytes moved, no arithmetic)";
+  }
+  if (in.engine == IndexEngine::scatter || emb_bw) {
+    if (desc.op == IndexOp::segment_max || desc.op == IndexOp::segment_min) {
+      pr.note = "atomic max/min (order-independent; NaN wins, as torch's amax/amin)";
+    } else if (is_assign(desc.op)) {
+      pr.note = p.sorted_ ? "deterministic: the last duplicate index (in index order) wins"
+                          : "duplicate indices: an unspecified one lands (torch: undefined)";
+      pr.deterministic = pr.bit_stable = p.sorted_;
+    } else if (p.sorted_) {
+      const bool fp = is_floating(desc.dtype);
+      pr.math = pr.accumulator = fp ? (desc.dtype == DType::f64 ? DType::f64 : DType::f32) : DType::s64;
+      pr.note = "deterministic: stable radix sort of destinations, sums in index order";
+    } else {
+      pr.deterministic = false;
+      pr.bit_stable = false;
+      pr.note = "atomic adds in the storage dtype (summation order varies run to run)";
+    }
+  }
+  if (p.sorted_) {
+    const int64_t n = std::max<int64_t>(desc.index_shape.numel(), 0);
+    size_t temp = 0;
+    bool exact = false;
+    if (target.device >= 0) {
+      int cur = -1;
+      if (cudaGetDevice(&cur) == cudaSuccess && cur == target.device &&
+          detail::idx::sort_temp_bytes(std::max<int64_t>(n, 1), 64, &temp) == cudaSuccess)
+        exact = true;
+      else
+        (void)cudaGetLastError();
+    }
+    // Offline (or another device current): a bound above CUB's scratch for 64-bit keys with
+    // caller-provided double buffers (its histograms and look-back tiles stay well below 8 bytes
+    // per item); run() checks the exact need and refuses a smaller workspace.
+    if (!exact) temp = static_cast<size_t>(n) * 8 + (size_t{1} << 20);
+    p.workspace_bytes_ = 4 * round256(static_cast<size_t>(n) * 8) + round256(temp);
+    p.sku_.epilogue = "sorted scatter: " + str(n) + " keys";
+  }
+  return p;
+}
+
+// ---- argument checks -----------------------------------------------------------------------------
+namespace {
+bool given(const TensorRef& t) { return t.data != nullptr || t.layout.rank != 0; }
+bool given(const TensorMut& t) { return t.data != nullptr || t.layout.rank != 0; }
+
+/// Largest element offset + 1 (0 when empty); fails on negative strides or overflow.
+Result<int64_t> footprint(const std::string& label, const char* role, const Layout& l) {
+  int64_t span = 0;
+  for (int d = 0; d < l.rank; ++d) {
+    if (l.stride[d] < 0)
+      return invalid(label + ": " + role + " stride[" + str(d) + "] expected >= 0, got " + str(l.stride[d]) +
+                     " (negative strides are not supported)");
+    if (l.shape[d] == 0) return int64_t{0};
+  }
+  for (int d = 0; d < l.rank; ++d) {
+    int64_t t;
+    if (__builtin_mul_overflow(l.shape[d] - 1, l.stride[d], &t) || __builtin_add_overflow(span, t, &span))
+      return invalid(label + ": " + role + " footprint overflows 64 bits (shape " + l.shape_str() + ", strides " +
+                     l.stride_str() + ")");
+  }
+  if (span >= (int64_t{1} << 62) / 16) return invalid(label + ": " + role + " footprint overflows 64-bit byte offsets");
+  return span + 1;
+}
+
+Result<void> check_tensor(const std::string& label, const char* role, const void* data, DType dt, const Layout& l,
+                          DType want_dt, const Shape& want) {
+  if (dt != want_dt) return invalid(label + ": " + role + " dtype expected " + dname(want_dt) + ", got " + dname(dt));
+  if (!(Shape::of(l) == want))
+    return invalid(label + ": " + role + " shape expected " + want.str() + ", got " + l.shape_str());
+  auto fp = footprint(label, role, l);
+  if (!fp) return fp.error();
+  if (*fp > 0 && data == nullptr) return invalid(label + ": " + role + " is null but has elements");
+  return {};
+}
+
+bool same_view(const void* a, const Layout& la, const void* b, const Layout& lb) {
+  if (a != b || la.rank != lb.rank) return false;
+  for (int d = 0; d < la.rank; ++d) {
+    if (la.shape[d] != lb.shape[d]) return false;
+    if (la.shape[d] != 1 && la.stride[d] != lb.stride[d]) return false;
+  }
+  return true;
+}
+
+struct Operand {
+  const char* role;
+  const void* data;
+  const Layout* layout;
+  int elem_bytes;
+};
+}  // namespace
+
+Result<void> IndexPlan::can_implement(const IndexArgs& a) const {
+  const IndexDesc& d = desc_;
+  const std::string label = op_label(d);
+  const auto& in = info(d.op);
+  const bool multi = d.op == IndexOp::cat || d.op == IndexOp::stack;
+  const bool takes_src = d.op == IndexOp::scatter_add || d.op == IndexOp::index_add || is_assign(d.op);
+  if (given(a.index) && !in.takes_index) return invalid(label + ": index given but " + in.name + " takes none");
+  if (given(a.src) && !takes_src) return invalid(label + ": src given but " + in.name + " takes none");
+  if (!a.inputs.empty() && !multi) return invalid(label + ": inputs given but only cat/stack take a list");
+  if (given(a.x) && multi) return invalid(label + ": x given but cat/stack read `inputs`");
+  if (given(a.error) && !in.takes_index)
+    return invalid(label + ": error flag given but " + in.name + " reads no index");
+
+  std::vector<Operand> inputs;
+  const int eb = size_in_bytes(d.dtype);
+  if (multi) {
+    if (static_cast<int>(a.inputs.size()) != d.num_inputs)
+      return invalid(label + ": inputs expected " + str(d.num_inputs) + " tensors, got " + str(a.inputs.size()));
+    int64_t total = 0;
+    for (size_t k = 0; k < a.inputs.size(); ++k) {
+      const TensorRef& t = a.inputs[k];
+      const std::string role = "inputs[" + str(static_cast<int64_t>(k)) + "]";
+      Shape want = d.in_shape;
+      if (d.op == IndexOp::cat) {
+        if (t.layout.rank != d.out_shape.rank)
+          return invalid(label + ": " + role + " rank expected " + str(d.out_shape.rank) + ", got " +
+                         str(t.layout.rank));
+        want.dims[d.dim] = t.layout.shape[d.dim];
+        total += t.layout.shape[d.dim];
+      }
+      BARACUDA_TRY(check_tensor(label, role.c_str(), t.data, t.dtype, t.layout, d.dtype, want));
+      inputs.push_back({"inputs", t.data, &t.layout, eb});
+    }
+    if (d.op == IndexOp::cat && total != d.out_shape.dims[d.dim])
+      return invalid(label + ": inputs' sizes along dim " + str(d.dim) + " sum to " + str(total) + ", expected " +
+                     str(d.out_shape.dims[d.dim]) + " (output shape " + d.out_shape.str() + ")");
+  } else {
+    BARACUDA_TRY(check_tensor(label, "x", a.x.data, a.x.dtype, a.x.layout, d.dtype, d.in_shape));
+    inputs.push_back({"x", a.x.data, &a.x.layout, eb});
+  }
+  if (takes_src) {
+    BARACUDA_TRY(check_tensor(label, "src", a.src.data, a.src.dtype, a.src.layout, d.dtype, d.src_shape));
+    inputs.push_back({"src", a.src.data, &a.src.layout, eb});
+  }
+  if (in.takes_index) {
+    BARACUDA_TRY(
+        check_tensor(label, "index", a.index.data, a.index.dtype, a.index.layout, d.index_dtype, d.index_shape));
+    inputs.push_back({"index", a.index.data, &a.index.layout, size_in_bytes(d.index_dtype)});
+  }
+  BARACUDA_TRY(check_tensor(label, "out", a.out.data, a.out.dtype, a.out.layout, d.dtype, d.out_shape));
+  const Layout& ol = a.out.layout;
+  if (ol.numel() > 1 && (ol.has_zero_stride() || ol.has_internal_overlap()))
+    return invalid(label + ": out overlaps itself (shape " + ol.shape_str() + ", strides " + ol.stride_str() +
+                   "); give a dense or non-overlapping view");
+  if (given(a.error)) {
+    if (a.error.dtype != DType::s32 || a.error.numel() != 1 || a.error.data == nullptr)
+      return invalid(label + ": error flag expected a non-null int32 tensor of one element, got " +
+                     dname(a.error.dtype) + " " + a.error.layout.shape_str());
+  }
+  // Outputs never overlap inputs, except exact in-place where every element is read before
+  // it is written by the same thread (triu/tril, copy) or accumulated into (scatter self).
+  const bool inplace_ok = d.op == IndexOp::copy || d.op == IndexOp::triu || d.op == IndexOp::tril ||
+                          d.op == IndexOp::scatter_add || d.op == IndexOp::index_add || is_assign(d.op);
+  for (const Operand& o : inputs) {
+    if (o.layout->numel() == 0 || ol.numel() == 0) continue;
+    const bool exact = std::string_view(o.role) == "x" && same_view(o.data, *o.layout, a.out.data, ol);
+    if (exact && inplace_ok) continue;
+    bool clash;
+    if (o.elem_bytes == eb) {
+      clash = views_may_overlap(o.data, *o.layout, a.out.data, ol, eb);
+    } else {  // an index of another width: conservative byte ranges
+      auto fo = footprint(label, o.role, *o.layout);
+      auto fu = footprint(label, "out", ol);
+      const auto lo1 = reinterpret_cast<uintptr_t>(o.data), hi1 = lo1 + static_cast<uintptr_t>(*fo) * o.elem_bytes;
+      const auto lo2 = reinterpret_cast<uintptr_t>(a.out.data), hi2 = lo2 + static_cast<uintptr_t>(*fu) * eb;
+      clash = lo1 < hi2 && lo2 < hi1;
+    }
+    if (clash)
+      return invalid(label + ": out overlaps " + o.role + (exact ? " (in-place is not supported by this op)" : "") +
+                     "; give a separate output");
+  }
+  if (given(a.error)) {  // the flag must not land in an input either
+    const auto e = reinterpret_cast<uintptr_t>(a.error.data);
+    for (const Operand& o : inputs) {
+      auto fo = footprint(label, o.role, *o.layout);
+      const auto lo = reinterpret_cast<uintptr_t>(o.data);
+      if (*fo > 0 && e + 4 > lo && e < lo + static_cast<uintptr_t>(*fo) * o.elem_bytes)
+        return invalid(label + ": error flag overlaps " + o.role);
+    }
+  }
+  if (given(a.error) && a.out.numel() > 0) {
+    const auto e = reinterpret_cast<uintptr_t>(a.error.data);
+    const auto lo = reinterpret_cast<uintptr_t>(a.out.data);
+    auto fu = footprint(label, "out", ol);
+    if (e + 4 > lo && e < lo + static_cast<uintptr_t>(*fu) * eb) return invalid(label + ": error flag overlaps out");
+  }
+  return {};
+}
+}  // namespace baracuda

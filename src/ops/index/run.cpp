@@ -1,0 +1,675 @@
+// IndexPlan::run: lowers each op onto its engine (index_launch.hpp). Copy-engine ops become one
+// or more mapped copies (cat/stack: one per input), simplified on the host (size-1 dims folded,
+// dims ordered by the output's strides, contiguous dims merged, contiguous inner runs widened
+// to 16-byte words, permutations routed to the tiled transpose); gather/scatter ops become a
+// slice geometry (Geom).
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "baracuda/ops/index.hpp"
+#include "core/plan_common.hpp"
+#include "ops/index/index_launch.hpp"
+
+namespace baracuda {
+namespace {
+namespace ix = detail::idx;
+
+Error cuda_error(const std::string& label, const char* what, cudaError_t e) {
+  return make_error(Status::CudaError, label + ": " + what + " failed: " + cudaGetErrorString(e));
+}
+
+/// scatter / index_copy: assignment (bytes move) rather than a reduction.
+bool is_assign(IndexOp op) { return op == IndexOp::scatter || op == IndexOp::index_copy; }
+
+std::string op_label(const IndexDesc& d) {
+  return std::string(info(d.op).name) + (d.direction == Direction::Backward ? "_backward" : "");
+}
+
+// ---- the mapped copy -------------------------------------------------------------------------------
+struct MapSpec {
+  int64_t out_size = 1, out_stride = 0, in_size = 1, in_stride = 0, a = 0;
+  int mode = ix::kIdentity;
+  int tri = 0;  ///< 1: triangle row dim, 2: triangle column dim
+  bool plain() const { return mode == ix::kIdentity && a == 0 && in_size == out_size && tri == 0; }
+};
+
+struct CopyJob {
+  std::vector<MapSpec> dims;
+  char* out = nullptr;
+  const char* in = nullptr;
+  int eb = 1;
+  unsigned char fill[16] = {};
+  int64_t tri_k = 0;
+  int tri_upper = 0;
+};
+
+/// Host copy of the kernels' map (MapMode), for folding size-1 dims.
+int64_t host_map(const MapSpec& m, int64_t o) {
+  const int64_t n = m.in_size;
+  switch (m.mode) {
+    case ix::kFlip:
+      return n - 1 - o;
+    case ix::kRoll: {
+      const int64_t i = o - m.a;
+      return i < 0 ? i + n : i;
+    }
+    case ix::kReflect: {
+      int64_t i = o - m.a;
+      if (i < 0) i = -i;
+      if (i >= n) i = 2 * (n - 1) - i;
+      return i;
+    }
+    case ix::kReplicate:
+      return std::clamp<int64_t>(o - m.a, 0, std::max<int64_t>(n - 1, 0));
+    case ix::kCircular: {
+      if (n == 0) return -1;
+      const int64_t i = (o - m.a) % n;
+      return i < 0 ? i + n : i;
+    }
+    case ix::kTile:
+      return n == 0 ? -1 : o % n;
+    case ix::kRepeat:
+      return m.a > 0 ? o / m.a : -1;
+    default:
+      return o - m.a;
+  }
+}
+
+struct Lowered {
+  bool transpose = false;
+  bool empty = false;
+  ix::CopyParams cp;
+  ix::TransposeParams tp;
+  int eb = 1;
+  bool i64 = false;
+  std::string layout() const {
+    if (empty) return "empty";
+    if (transpose) return "tiled-transpose-" + std::to_string(eb) + "B" + (tp.words ? "-words" : "");
+    bool plain = cp.in != nullptr && cp.tri_row < 0;
+    for (int d = 0; d < cp.rank; ++d)
+      plain = plain && cp.d[d].mode == ix::kIdentity && cp.d[d].a == 0 && cp.d[d].in_size == cp.d[d].out_size;
+    return std::string(cp.in == nullptr ? "fill"
+                       : plain          ? "strided-copy"
+                                        : "mapped-copy") +
+           "-" + std::to_string(eb) + "B-" + (i64 ? "i64" : "i32");
+  }
+};
+
+Lowered lower_copy(CopyJob job, bool allow_vec) {
+  Lowered L;
+  int64_t total = 1;
+  for (const auto& m : job.dims) total *= m.out_size;
+  if (total == 0) {
+    L.empty = true;
+    return L;
+  }
+  // Fold size-1 output dims: their one input coordinate moves the input pointer (or, when it
+  // falls outside the input, makes every element the fill value).
+  std::vector<MapSpec> dims;
+  for (const auto& m : job.dims) {
+    if (m.out_size == 1 && m.tri == 0) {
+      if (job.in) {
+        const int64_t i = host_map(m, 0);
+        if (i < 0 || i >= m.in_size)
+          job.in = nullptr;
+        else
+          job.in += i * m.in_stride * job.eb;
+      }
+      continue;
+    }
+    dims.push_back(m);
+  }
+  if (!job.in)
+    for (auto& m : dims) {
+      m.in_stride = 0;
+      m.mode = ix::kIdentity;
+      m.a = 0;
+      m.in_size = m.out_size;
+    }
+  // Output memory order: outer dims first, so consecutive threads write consecutive addresses.
+  std::stable_sort(dims.begin(), dims.end(),
+                   [](const MapSpec& x, const MapSpec& y) { return x.out_stride > y.out_stride; });
+  // Merge plain dims contiguous on both sides.
+  std::vector<MapSpec> merged;
+  for (const auto& m : dims) {
+    if (!merged.empty()) {
+      MapSpec& p = merged.back();
+      if (p.plain() && m.plain() && p.out_stride == m.out_stride * m.out_size &&
+          p.in_stride == m.in_stride * m.in_size) {
+        p.out_size *= m.out_size;
+        p.in_size = p.out_size;
+        p.out_stride = m.out_stride;
+        p.in_stride = m.in_stride;
+        continue;
+      }
+    }
+    merged.push_back(m);
+  }
+  dims.swap(merged);
+  int eb = job.eb;
+  const int rank = static_cast<int>(dims.size());
+  bool all_plain = job.in != nullptr;
+  for (const auto& m : dims) all_plain = all_plain && m.plain();
+
+  // A permutation whose innermost output dim is not the input's unit-stride dim: tiles.
+  if (all_plain && rank >= 2 && dims.back().out_stride == 1 && dims.back().in_stride != 1) {
+    int j = -1;
+    for (int k = 0; k < rank - 1; ++k)
+      if (dims[k].in_stride == 1 && dims[k].out_size > 1) j = k;
+    if (j >= 0 && dims[j].out_size >= 16 && dims.back().out_size >= 16) {
+      L.transpose = true;
+      L.eb = eb;
+      auto& t = L.tp;
+      t.rank = rank;
+      for (int k = 0; k < rank; ++k) {
+        t.size[k] = dims[k].out_size;
+        t.in_stride[k] = dims[k].in_stride;
+        t.out_stride[k] = dims[k].out_stride;
+      }
+      t.in_inner = j;
+      t.out_inner = rank - 1;
+      t.out = job.out;
+      t.in = job.in;
+      t.batch = total / (dims[j].out_size * dims.back().out_size);
+      t.words = allow_vec && ix::transpose_words_ok(t, eb) ? 1 : 0;
+      return L;
+    }
+  }
+  // Widen a contiguous, unmapped inner run to words of up to 16 bytes.
+  if (allow_vec && rank >= 1) {
+    MapSpec& in = dims.back();
+    const bool inner_ok = in.plain() || (!job.in && in.tri == 0);
+    if (inner_ok && in.out_stride == 1 && (!job.in || in.in_stride == 1)) {
+      for (int k = 16 / eb; k >= 2; k /= 2) {
+        bool ok = in.out_size % k == 0 && reinterpret_cast<uintptr_t>(job.out) % (eb * k) == 0 &&
+                  (!job.in || reinterpret_cast<uintptr_t>(job.in) % (eb * k) == 0);
+        for (int d = 0; d + 1 < rank && ok; ++d) ok = dims[d].out_stride % k == 0 && dims[d].in_stride % k == 0;
+        if (!ok) continue;
+        for (int d = 0; d + 1 < rank; ++d) {
+          dims[d].out_stride /= k;
+          dims[d].in_stride /= k;
+        }
+        in.out_size /= k;
+        in.in_size /= k;
+        unsigned char f[16];
+        for (int r = 0; r < k; ++r) std::memcpy(f + r * eb, job.fill, eb);
+        std::memcpy(job.fill, f, eb * k);
+        eb *= k;
+        break;
+      }
+    }
+  }
+  auto& p = L.cp;
+  p.rank = rank;
+  int64_t out_reach = 0, in_reach = 0, elems = 1;
+  for (int k = 0; k < rank; ++k) {
+    const MapSpec& m = dims[k];
+    p.d[k] = {m.out_size, m.out_stride, m.in_size, m.in_stride, m.a, m.mode};
+    if (m.tri == 1) p.tri_row = k;
+    if (m.tri == 2) p.tri_col = k;
+    out_reach += (m.out_size - 1) * m.out_stride;
+    in_reach += std::max<int64_t>(m.in_size - 1, 0) * m.in_stride;
+    elems *= m.out_size;
+    if (std::abs(m.a) >= (int64_t{1} << 30) || m.out_size >= (int64_t{1} << 30)) in_reach = int64_t{1} << 40;
+  }
+  p.out = job.out;
+  p.in = job.in;
+  p.total = elems;
+  p.tri_k = job.tri_k;
+  p.tri_upper = job.tri_upper;
+  std::memcpy(p.fill, job.fill, 16);
+  // 32-bit arithmetic while offsets fit and the grid-stride counter cannot overflow.
+  const int64_t lim = std::numeric_limits<int32_t>::max();
+  L.i64 = elems >= (int64_t{1} << 30) || out_reach >= lim || in_reach >= lim;
+  L.eb = eb;
+  return L;
+}
+
+cudaError_t launch_lowered(const Lowered& L, cudaStream_t stream) {
+  if (L.empty) return cudaSuccess;
+  if (L.transpose) return ix::launch_transpose(L.tp, L.eb, stream);
+  return ix::launch_copy(L.cp, L.eb, L.i64, stream);
+}
+
+/// One identity dim per dim of `out`, reading `in` with its strides.
+CopyJob identity_job(const TensorMut& out, const TensorRef& in, int eb) {
+  CopyJob j;
+  j.out = static_cast<char*>(out.data);
+  j.in = static_cast<const char*>(in.data);
+  j.eb = eb;
+  for (int d = 0; d < out.layout.rank; ++d) {
+    MapSpec m;
+    m.out_size = out.layout.shape[d];
+    m.out_stride = out.layout.stride[d];
+    m.in_size = in.layout.shape[d];
+    m.in_stride = in.layout.stride[d];
+    j.dims.push_back(m);
+  }
+  return j;
+}
+
+/// The mapped copies of a copy-engine op, in launch order.
+std::vector<CopyJob> copy_jobs(const IndexDesc& d, const IndexArgs& a) {
+  const int eb = size_in_bytes(d.dtype);
+  std::vector<CopyJob> jobs;
+  switch (d.op) {
+    case IndexOp::cat: {
+      int64_t off = 0;
+      for (const TensorRef& t : a.inputs) {
+        TensorMut view = a.out;
+        view.data = static_cast<char*>(a.out.data) + off * a.out.layout.stride[d.dim] * eb;
+        view.layout.shape[d.dim] = t.layout.shape[d.dim];
+        off += t.layout.shape[d.dim];
+        jobs.push_back(identity_job(view, t, eb));
+      }
+      return jobs;
+    }
+    case IndexOp::stack: {
+      int64_t k = 0;
+      for (const TensorRef& t : a.inputs) {
+        TensorMut view = a.out;
+        view.data = static_cast<char*>(a.out.data) + k++ * a.out.layout.stride[d.dim] * eb;
+        view.layout.rank = a.out.layout.rank - 1;
+        for (int i = d.dim; i < view.layout.rank; ++i) {
+          view.layout.shape[i] = a.out.layout.shape[i + 1];
+          view.layout.stride[i] = a.out.layout.stride[i + 1];
+        }
+        jobs.push_back(identity_job(view, t, eb));
+      }
+      return jobs;
+    }
+    default:
+      break;
+  }
+  CopyJob j = identity_job(a.out, a.x, eb);
+  const int r = a.out.layout.rank;
+  switch (d.op) {
+    case IndexOp::pad: {
+      ix::fill_bits(d.dtype, d.value, j.fill);
+      for (int i = 0; i < r; ++i) {
+        MapSpec& m = j.dims[i];
+        const int64_t before = d.pad[2 * i], after = d.pad[2 * i + 1];
+        m.a = before;
+        if (d.pad_mode == PadMode::constant || (before == 0 && after == 0)) continue;
+        m.mode = d.pad_mode == PadMode::reflect     ? ix::kReflect
+                 : d.pad_mode == PadMode::replicate ? ix::kReplicate
+                                                    : ix::kCircular;
+      }
+      break;
+    }
+    case IndexOp::flip:
+      for (int i = 0; i < r; ++i)
+        if ((d.flip_dims >> i) & 1u) j.dims[i].mode = ix::kFlip;
+      break;
+    case IndexOp::roll:
+      for (int i = 0; i < r; ++i) {
+        const int64_t n = j.dims[i].in_size;
+        if (n == 0) continue;
+        const int64_t s = ((d.shifts[i] % n) + n) % n;
+        if (s == 0) continue;
+        j.dims[i].mode = ix::kRoll;
+        j.dims[i].a = s;
+      }
+      break;
+    case IndexOp::tile:
+      for (int i = 0; i < r; ++i)
+        if (d.repeats[i] != 1) j.dims[i].mode = ix::kTile;
+      break;
+    case IndexOp::repeat_interleave:
+      if (d.repeats[d.dim] != 1) {
+        j.dims[d.dim].mode = ix::kRepeat;
+        j.dims[d.dim].a = d.repeats[d.dim];
+      }
+      break;
+    case IndexOp::triu:
+    case IndexOp::tril:
+      j.dims[r - 2].tri = 1;
+      j.dims[r - 1].tri = 2;
+      j.tri_k = d.diagonal;
+      j.tri_upper = d.op == IndexOp::triu ? 1 : 0;
+      break;
+    default:
+      break;
+  }
+  jobs.push_back(std::move(j));
+  return jobs;
+}
+
+/// out := value (every element), through the copy engine's fill path.
+CopyJob fill_job(const TensorMut& out, DType dt, double value) {
+  CopyJob j;
+  j.out = static_cast<char*>(out.data);
+  j.eb = size_in_bytes(dt);
+  ix::fill_bits(dt, value, j.fill);
+  for (int d = 0; d < out.layout.rank; ++d) {
+    MapSpec m;
+    m.out_size = m.in_size = out.layout.shape[d];
+    m.out_stride = out.layout.stride[d];
+    j.dims.push_back(m);
+  }
+  return j;
+}
+
+// ---- gather / scatter geometry --------------------------------------------------------------------
+struct GeomInfo {
+  ix::Geom g;
+  const char* a_ptr = nullptr;  ///< side A base (gather: out; scatter: src)
+  const char* b_ptr = nullptr;  ///< side B base (gather: source; scatter: out)
+  int64_t b_reach = 0;          ///< B's largest element offset + 1
+  int64_t a_reach = 0;
+};
+
+int64_t reach(const Layout& l) {
+  int64_t r = 0;
+  for (int d = 0; d < l.rank; ++d) {
+    if (l.shape[d] == 0) return 0;
+    r += (l.shape[d] - 1) * l.stride[d];
+  }
+  return r + 1;
+}
+
+void add_index_dim(ix::Geom& g, int64_t size, int64_t istride, int64_t astride, int64_t bstride) {
+  g.isize[g.ri] = size;
+  g.index_stride[g.ri] = istride;
+  g.a_istride[g.ri] = astride;
+  g.b_istride[g.ri] = bstride;
+  ++g.ri;
+}
+void add_slice_dim(ix::Geom& g, int64_t size, int64_t astride, int64_t bstride) {
+  if (size == 1) return;
+  g.ssize[g.rs] = size;
+  g.a_sstride[g.rs] = astride;
+  g.b_sstride[g.rs] = bstride;
+  ++g.rs;
+}
+
+/// Side A is the tensor addressed by position, side B the one addressed by the index.
+GeomInfo geometry(const IndexDesc& d, const IndexArgs& a) {
+  GeomInfo gi;
+  ix::Geom& g = gi.g;
+  g.index = a.index.data;
+  g.error = static_cast<int*>(a.error.data);
+  const Layout& il = a.index.layout;
+  const bool gather = info(d.op).engine == IndexEngine::gather && d.direction == Direction::Forward;
+  const TensorRef A =
+      gather ? TensorRef(a.out)
+             : (d.op == IndexOp::scatter_add || d.op == IndexOp::index_add || is_assign(d.op) ? a.src : a.x);
+  const TensorRef B = gather ? a.x : TensorRef(a.out);
+  gi.a_ptr = static_cast<const char*>(A.data);
+  gi.b_ptr = static_cast<const char*>(B.data);
+  const Layout& al = A.layout;
+  const Layout& bl = B.layout;
+  switch (d.op) {
+    case IndexOp::gather:
+    case IndexOp::scatter:
+    case IndexOp::scatter_add:  // element mode: the index's dims, the indexed dim replaced
+      for (int i = 0; i < il.rank; ++i)
+        add_index_dim(g, il.shape[i], il.stride[i], al.stride[i], i == d.dim ? 0 : bl.stride[i]);
+      g.kstride = bl.stride[d.dim];
+      g.ksize = bl.shape[d.dim];
+      break;
+    case IndexOp::index_select:
+    case IndexOp::index_copy:
+    case IndexOp::index_add:
+      add_index_dim(g, il.shape[0], il.stride[0], al.stride[d.dim], 0);
+      for (int i = 0; i < al.rank; ++i)
+        if (i != d.dim) add_slice_dim(g, al.shape[i], al.stride[i], bl.stride[i]);
+      g.kstride = bl.stride[d.dim];
+      g.ksize = bl.shape[d.dim];
+      break;
+    case IndexOp::embedding:  // A = rows [*ids, D], B = table [N, D]
+      for (int i = 0; i < il.rank; ++i) add_index_dim(g, il.shape[i], il.stride[i], al.stride[i], 0);
+      add_slice_dim(g, al.shape[il.rank], al.stride[il.rank], bl.stride[1]);
+      g.kstride = bl.stride[0];
+      g.ksize = bl.shape[0];
+      if (d.direction == Direction::Backward) g.skip = d.padding_idx;
+      break;
+    case IndexOp::segment_sum:
+    case IndexOp::segment_max:
+    case IndexOp::segment_min:
+      add_index_dim(g, il.shape[0], il.stride[0], al.stride[0], 0);
+      for (int i = 1; i < al.rank; ++i) add_slice_dim(g, al.shape[i], al.stride[i], bl.stride[i]);
+      g.kstride = bl.stride[0];
+      g.ksize = bl.shape[0];
+      g.report = 0;  // JAX drops out-of-range segment ids
+      break;
+    default:
+      break;
+  }
+  g.L = 1;
+  for (int i = 0; i < g.ri; ++i) g.L *= g.isize[i];
+  g.P = 1;
+  for (int i = 0; i < g.rs; ++i) g.P *= g.ssize[i];
+  gi.a_reach = reach(al);
+  gi.b_reach = reach(bl);
+  return gi;
+}
+
+/// Gather only (byte movers): widens a unit-stride innermost slice dim to words of up to 16 bytes.
+int widen_gather(ix::Geom& g, const char* a, const char* b, int eb) {
+  if (g.rs == 0) return eb;
+  const int in = g.rs - 1;
+  if (g.a_sstride[in] != 1 || g.b_sstride[in] != 1) return eb;
+  for (int k = 16 / eb; k >= 2; k /= 2) {
+    bool ok = g.ssize[in] % k == 0 && g.kstride % k == 0 && reinterpret_cast<uintptr_t>(a) % (eb * k) == 0 &&
+              reinterpret_cast<uintptr_t>(b) % (eb * k) == 0;
+    for (int i = 0; i < g.ri && ok; ++i) ok = g.a_istride[i] % k == 0 && g.b_istride[i] % k == 0;
+    for (int i = 0; i < in && ok; ++i) ok = g.a_sstride[i] % k == 0 && g.b_sstride[i] % k == 0;
+    if (!ok) continue;
+    g.kstride /= k;
+    for (int i = 0; i < g.ri; ++i) {
+      g.a_istride[i] /= k;
+      g.b_istride[i] /= k;
+    }
+    for (int i = 0; i < in; ++i) {
+      g.a_sstride[i] /= k;
+      g.b_sstride[i] /= k;
+    }
+    g.ssize[in] /= k;
+    g.P /= k;
+    return eb * k;
+  }
+  return eb;
+}
+
+bool gather_i64(const GeomInfo& gi) {
+  const int64_t lim = std::numeric_limits<int32_t>::max();
+  return gi.g.L * gi.g.P >= (int64_t{1} << 30) || gi.a_reach >= lim || gi.b_reach >= lim;
+}
+
+bool is_scatter(const IndexDesc& d) {
+  return info(d.op).engine == IndexEngine::scatter ||
+         (d.op == IndexOp::embedding && d.direction == Direction::Backward);
+}
+}  // namespace
+
+std::string IndexPlan::layout_for(const IndexArgs& a) const {
+  const auto& in = info(desc_.op);
+  if (desc_.op == IndexOp::pad && desc_.direction == Direction::Backward)
+    return a.out.numel() == 0 ? "empty" : "pad-backward";
+  if (in.engine == IndexEngine::copy) {
+    std::string s;
+    for (const CopyJob& j : copy_jobs(desc_, a)) {
+      const std::string l = lower_copy(j, allow_vectorized_).layout();
+      if (s.find(l) == std::string::npos) s += (s.empty() ? "" : "+") + l;
+    }
+    return s.empty() ? "empty" : s;
+  }
+  GeomInfo gi = geometry(desc_, a);
+  if (gi.g.L * gi.g.P == 0 && a.out.numel() == 0) return "empty";
+  if (!is_scatter(desc_)) {
+    const int eb = allow_vectorized_
+                       ? widen_gather(gi.g, static_cast<const char*>(a.out.data), gi.b_ptr, size_in_bytes(desc_.dtype))
+                       : size_in_bytes(desc_.dtype);
+    return "gather-" + std::to_string(eb) + "B-" + (gather_i64(gi) ? "i64" : "i32");
+  }
+  if (is_assign(desc_.op)) return sorted_ ? "scatter-sorted-copy" : "scatter-copy";
+  return sorted_ ? "scatter-sorted" : "scatter-atomic";
+}
+
+Result<void> IndexPlan::run(cudaStream_t stream, Workspace ws, const IndexArgs& a) const {
+  BARACUDA_TRY(can_implement(a));
+  const std::string label = op_label(desc_);
+  const IndexDesc& d = desc_;
+  const auto& in = info(d.op);
+  const int eb = size_in_bytes(d.dtype);
+
+  if (d.op == IndexOp::pad && d.direction == Direction::Backward) {
+    ix::PadBwParams p;
+    p.rank = a.out.layout.rank;
+    for (int i = 0; i < p.rank; ++i) {
+      p.in_size[i] = a.out.layout.shape[i];
+      p.gin_stride[i] = a.out.layout.stride[i];
+      p.out_size[i] = a.x.layout.shape[i];
+      p.dy_stride[i] = a.x.layout.stride[i];
+      p.before[i] = d.pad[2 * i];
+    }
+    p.mode = static_cast<int>(d.pad_mode);
+    p.gin = a.out.data;
+    p.dy = a.x.data;
+    p.total = a.out.numel();
+    if (const cudaError_t e = ix::launch_pad_backward(p, d.dtype, stream); e != cudaSuccess)
+      return cuda_error(label, "kernel launch", e);
+    return {};
+  }
+  if (in.engine == IndexEngine::copy) {
+    for (const CopyJob& j : copy_jobs(d, a))
+      if (const cudaError_t e = launch_lowered(lower_copy(j, allow_vectorized_), stream); e != cudaSuccess)
+        return cuda_error(label, "kernel launch", e);
+    return {};
+  }
+
+  GeomInfo gi = geometry(d, a);
+  if (!is_scatter(d)) {
+    const int web = allow_vectorized_ ? widen_gather(gi.g, static_cast<const char*>(a.out.data), gi.b_ptr, eb) : eb;
+    if (const cudaError_t e = ix::launch_gather(gi.g, static_cast<char*>(a.out.data), gi.b_ptr, web, d.index_dtype,
+                                                gather_i64(gi), stream);
+        e != cudaSuccess)
+      return cuda_error(label, "kernel launch", e);
+    return {};
+  }
+
+  // Scatter: initialise the output (a copy of self, or the reduction's identity), then reduce.
+  if (d.op == IndexOp::scatter_add || d.op == IndexOp::index_add || is_assign(d.op)) {
+    const bool inplace = a.x.data == a.out.data;  // can_implement allows only the exact view
+    if (!inplace)
+      if (const cudaError_t e = launch_lowered(lower_copy(identity_job(a.out, a.x, eb), allow_vectorized_), stream);
+          e != cudaSuccess)
+        return cuda_error(label, "copy of self", e);
+  } else {
+    // The reduction's identity: empty segments keep it (JAX).
+    double init = 0;
+    const bool lo = d.op == IndexOp::segment_max, hi = d.op == IndexOp::segment_min;
+    if (lo || hi) {
+      if (is_floating(d.dtype))
+        init = lo ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+      else if (d.dtype == DType::s32)
+        init = lo ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max();
+      else  // s64: fill_bits converts through double, so set the extremes exactly below
+        init = lo ? static_cast<double>(std::numeric_limits<int64_t>::min()) : 0.0;
+    }
+    CopyJob fill = fill_job(a.out, d.dtype, init);
+    if (hi && d.dtype == DType::s64) {
+      const int64_t mx = std::numeric_limits<int64_t>::max();
+      std::memcpy(fill.fill, &mx, sizeof(mx));
+    }
+    if (const cudaError_t e = launch_lowered(lower_copy(fill, allow_vectorized_), stream); e != cudaSuccess)
+      return cuda_error(label, "output initialisation", e);
+  }
+  if (gi.g.L * gi.g.P == 0) return {};
+  const void* src = gi.a_ptr;
+  void* out = a.out.data;
+  if (!sorted_ && is_assign(d.op)) {
+    if (const cudaError_t e = ix::launch_scatter_copy(gi.g, static_cast<char*>(out), static_cast<const char*>(src), eb,
+                                                      d.index_dtype, stream);
+        e != cudaSuccess)
+      return cuda_error(label, "kernel launch", e);
+    return {};
+  }
+  if (!sorted_) {
+    const auto r = d.op == IndexOp::segment_max   ? ix::Reduce::max
+                   : d.op == IndexOp::segment_min ? ix::Reduce::min
+                                                  : ix::Reduce::sum;
+    if (const cudaError_t e = ix::launch_scatter_atomic(gi.g, out, src, d.dtype, d.index_dtype, r, stream);
+        e != cudaSuccess)
+      return cuda_error(label, "kernel launch", e);
+    return {};
+  }
+  // Sorted: [keys0 | keys1 | vals0 | vals1 | sort scratch], each part 256-byte aligned.
+  const int64_t n = gi.g.L;
+  const int64_t sentinel = gi.b_reach;  // one past every real destination offset
+  const int end_bit = std::max(1, static_cast<int>(std::bit_width(static_cast<uint64_t>(sentinel))));
+  size_t temp = 0;
+  if (const cudaError_t e = ix::sort_temp_bytes(n, end_bit, &temp); e != cudaSuccess)
+    return cuda_error(label, "radix sort sizing", e);
+  const size_t part = (static_cast<size_t>(n) * 8 + 255) / 256 * 256;
+  const size_t need = 4 * part + (temp + 255) / 256 * 256;
+  if (ws.ptr == nullptr || ws.bytes < need || ws.bytes < workspace_bytes_)
+    return make_error(Status::WorkspaceTooSmall,
+                      label + ": workspace expected >= " + std::to_string(std::max(need, workspace_bytes_)) +
+                          " bytes, got " + std::to_string(ws.bytes));
+  char* w = static_cast<char*>(ws.ptr);
+  auto* k0 = reinterpret_cast<int64_t*>(w);
+  auto* k1 = reinterpret_cast<int64_t*>(w + part);
+  auto* v0 = reinterpret_cast<int64_t*>(w + 2 * part);
+  auto* v1 = reinterpret_cast<int64_t*>(w + 3 * part);
+  if (const cudaError_t e = ix::launch_scatter_keys(gi.g, d.index_dtype, sentinel, k0, v0, stream); e != cudaSuccess)
+    return cuda_error(label, "key kernel launch", e);
+  int which = 0;
+  if (const cudaError_t e =
+          ix::sort_pairs(w + 4 * part, ws.bytes - 4 * part, k0, k1, v0, v1, n, end_bit, &which, stream);
+      e != cudaSuccess)
+    return cuda_error(label, "radix sort", e);
+  const int64_t* keys = which ? k1 : k0;
+  const int64_t* vals = which ? v1 : v0;
+  const cudaError_t e = is_assign(d.op)
+                            ? ix::launch_scatter_sorted_copy(gi.g, keys, vals, sentinel, static_cast<char*>(out),
+                                                             static_cast<const char*>(src), eb, stream)
+                            : ix::launch_scatter_sorted(gi.g, keys, vals, sentinel, out, src, d.dtype, stream);
+  if (e != cudaSuccess) return cuda_error(label, "kernel launch", e);
+  return {};
+}
+
+namespace {
+/// The descriptor's bytes (the shared cache appends the preference and the device).
+std::string desc_key(const IndexDesc& d) {
+  std::string k;
+  auto put = [&](const auto& v) { k.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(d.op);
+  put(d.direction);
+  put(d.dtype);
+  put(d.index_dtype);
+  for (const Shape* s : {&d.in_shape, &d.out_shape, &d.index_shape, &d.src_shape}) {
+    put(s->rank);
+    for (int i = 0; i < s->rank && i < kMaxRank; ++i) put(s->dims[i]);
+  }
+  put(d.dim);
+  put(d.num_inputs);
+  put(d.pad_mode);
+  put(d.pad);
+  put(d.value);
+  put(d.shifts);
+  put(d.repeats);
+  put(d.flip_dims);
+  put(d.diagonal);
+  put(d.padding_idx);
+  put(d.num_segments);
+  return k;
+}
+}  // namespace
+
+Result<void> index(cudaStream_t stream, const IndexDesc& desc, const IndexArgs& args, Workspace ws,
+                   const PlanPreference& pref) {
+  auto plan = detail::cached_plan<IndexPlan>(desc_key(desc), pref,
+                                             [&](const Target& t) { return IndexPlan::select(t, desc, pref); });
+  if (!plan) return plan.error();
+  return (*plan)->run(stream, ws, args);
+}
+
+}  // namespace baracuda

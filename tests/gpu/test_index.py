@@ -1,0 +1,747 @@
+"""GPU conformance of the indexing family (include/baracuda/ops/index_ops.def) vs PyTorch.
+
+Copies, gathers and embedding forward move bytes: they are compared bit for bit, through a
+same-width integer view, for every dtype (fp8, bool and complex included). Scatter sums use
+small-integer data so every partial sum is exact in every dtype (bit-exact comparison too);
+separate tests cover random floats with tolerances and bit-identical repeated runs of the
+deterministic path. Shapes include empty, 1, odd sizes, non-contiguous views (transposed,
+sliced, expanded); indices are int32 and int64 with duplicates; out-of-range indices raise and
+leave the inputs untouched; backward passes are compared with torch.autograd.
+"""
+import zlib
+
+import pytest
+
+
+def _probe():
+    try:
+        import torch
+    except Exception as e:
+        return f"import torch failed: {type(e).__name__}: {e}"
+    if not torch.cuda.is_available():
+        return "torch.cuda.is_available() is False"
+    try:
+        import baracuda  # noqa: F401
+        import baracuda.functional  # noqa: F401
+        from baracuda import _C
+        if not hasattr(_C, "index_ops"):
+            return "baracuda._C has no index bindings"
+    except Exception as e:
+        return f"import baracuda failed: {type(e).__name__}: {e}"
+    return None
+
+
+_REASON = _probe()
+if _REASON:
+    pytest.skip(f"GPU tests need a CUDA GPU and torch: skipped ({_REASON})", allow_module_level=True)
+
+import torch  # noqa: E402
+import torch.nn.functional as tF  # noqa: E402
+
+import baracuda.functional as F  # noqa: E402
+import baracuda.index as BI  # noqa: E402
+
+DEV = "cuda"
+ALL_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
+              torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128]
+for _n in ("float8_e4m3fn", "float8_e5m2"):
+    if hasattr(torch, _n):
+        ALL_DTYPES.append(getattr(torch, _n))
+ADD_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64]
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INDEX_DTYPES = [torch.int32, torch.int64]
+SAME_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def gen(*parts):
+    return torch.Generator(device="cpu").manual_seed(zlib.crc32("/".join(map(str, parts)).encode()))
+
+
+def make(shape, dt, *seed, lo=-60, hi=60):
+    """Small integers in dt (exact in every dtype); bool: random bits."""
+    g = gen(*seed)
+    v = torch.randint(lo, hi, tuple(shape), generator=g, dtype=torch.int64)
+    if dt == torch.bool:
+        return (v % 2 == 0).to(DEV)
+    if dt == torch.uint8:
+        return (v - lo).to(torch.uint8).to(DEV)
+    if dt.is_complex:
+        w = torch.randint(lo, hi, tuple(shape), generator=g, dtype=torch.int64)
+        return torch.complex(v.double(), w.double()).to(dt).to(DEV)
+    if dt in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)):
+        return v.to(torch.float32).to(dt).to(DEV)
+    return v.to(dt).to(DEV)
+
+
+def randf(shape, dt, *seed):
+    return torch.randn(tuple(shape), generator=gen(*seed), dtype=torch.float64).to(dt).to(DEV)
+
+
+def bits(t):
+    """A same-width integer view (byte-exact comparison for any dtype)."""
+    if t.dtype == torch.complex128:
+        return torch.view_as_real(t).view(torch.int64)
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    return t.view(SAME_WIDTH[t.element_size()])
+
+
+def same_bits(got, ref, what):
+    assert got.shape == ref.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(ref.shape)}"
+    assert got.dtype == ref.dtype, f"{what}: dtype {got.dtype} vs {ref.dtype}"
+    g, r = bits(got), bits(ref)
+    if not torch.equal(g, r):
+        bad = (g != r).nonzero()
+        raise AssertionError(f"{what}: {bad.shape[0]} of {g.numel()} elements differ, first at {bad[0].tolist()}")
+
+
+def iview(t):
+    """A same-width integer view with the same shape (complex128 stays itself: torch handles it)."""
+    if t.dtype == torch.complex128:
+        return t
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    return t.view(SAME_WIDTH[t.element_size()])
+
+
+def ref_op(fn, x, *others):
+    """torch's fn on integer views (torch lacks some byte-level kernels for fp8/bool), viewed back."""
+    r = fn(iview(x), *[iview(o) for o in others])
+    return r if x.dtype == torch.complex128 else r.view(x.dtype)
+
+
+def idx(values, it):
+    return torch.as_tensor(values, dtype=torch.int64).to(it).to(DEV)
+
+
+def rand_index(shape, n, it, *seed):
+    return torch.randint(0, max(n, 1), tuple(shape), generator=gen(*seed), dtype=torch.int64).to(it).to(DEV)
+
+
+# ---- copies: contiguous / permute / transpose / expand / slice write -------------------------------
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=str)
+def test_contiguous_of_strided_views(dt):
+    x = make((7, 33, 65), dt, "contig", dt)
+    views = {
+        "dense": x,
+        "transposed": x.transpose(0, 2),
+        "permuted": x.permute(1, 2, 0),
+        "sliced": x[1:6, ::2, 3:],
+        "expanded": x[:, :1, :].expand(7, 5, 65),
+        "inner-transpose": x.transpose(1, 2),
+    }
+    for name, v in views.items():
+        got = F.contiguous(v)
+        assert got.is_contiguous()
+        same_bits(got, ref_op(lambda t: t.contiguous(), v), f"contiguous {name} {dt}")
+
+
+@pytest.mark.parametrize("shape,dims", [((129, 4097), (1, 0)), ((1, 1), (1, 0)), ((3, 64, 80), (0, 2, 1)),
+                                        ((33, 17, 65), (2, 0, 1)), ((2, 3, 4, 5, 6), (4, 3, 2, 1, 0)),
+                                        ((0, 5), (1, 0)), ((1000, 1000), (1, 0))])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32, torch.uint8, torch.float64, torch.complex128], ids=str)
+def test_permute_copy(shape, dims, dt):
+    x = make(shape, dt, "perm", shape, dt)
+    same_bits(F.permute_copy(x, dims), x.permute(dims).contiguous(), f"permute {shape} {dims}")
+    if len(shape) >= 2:
+        same_bits(F.transpose_copy(x, 0, -1), x.transpose(0, -1).contiguous(), "transpose_copy")
+
+
+@pytest.mark.sanitizer
+def test_permute_copy_backward():
+    x = randf((5, 6, 7), torch.float32, "permbw").requires_grad_()
+    g = randf((7, 5, 6), torch.float32, "permbw-g")
+    (gx,) = torch.autograd.grad(F.permute_copy(x, (2, 0, 1)), x, g)
+    (rx,) = torch.autograd.grad(x.permute(2, 0, 1).contiguous(), x, g)
+    same_bits(gx, rx, "permute_copy backward")
+
+
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32, torch.int64], ids=str)
+def test_slice_write_kv_cache(dt):
+    cache = make((2, 8, 64, 16), dt, "kv", dt)
+    ref = cache.clone()
+    new = make((2, 8, 3, 16), dt, "kv-new", dt)
+    out = F.slice_write_(cache, new, dim=2, start=10, end=13)
+    assert out is cache
+    ref[:, :, 10:13] = new
+    same_bits(cache, ref, "slice_write_")
+    # a broadcast source (stride 0) and a transposed one
+    F.slice_write_(cache, new[:, :, :1], dim=2, start=20, end=23)
+    ref[:, :, 20:23] = new[:, :, :1]
+    same_bits(cache, ref, "slice_write_ broadcast")
+    y = make((2, 8, 16, 3), dt, "kv-t", dt).transpose(2, 3)
+    F.slice_write_(cache, y, dim=2, start=30, end=33)
+    ref[:, :, 30:33] = y
+    same_bits(cache, ref, "slice_write_ transposed")
+
+
+def test_slice_scatter():
+    x = make((6, 9), torch.float32, "ss")
+    s = make((6, 3), torch.float32, "ss-src")
+    same_bits(F.slice_scatter(x, s, 1, 2, 8, 2), torch.slice_scatter(x, s, 1, 2, 8, 2), "slice_scatter")
+
+
+# ---- cat / stack ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_cat(dt, dim):
+    shapes = [[4, 5, 6], [4, 5, 6], [4, 5, 6]]
+    sizes = [3, 1, 0]
+    for s, n in zip(shapes, sizes):
+        s[dim] = n
+    xs = [make(s, dt, "cat", i, dim, dt) for i, s in enumerate(shapes)]
+    xs[0] = xs[0].transpose(0, 2).contiguous().transpose(0, 2)  # a strided input
+    same_bits(F.cat(xs, dim), ref_op(lambda *t: torch.cat(t, dim), *xs), f"cat dim {dim}")
+    ys = [make((4, 5, 6), dt, "stack", i, dt) for i in range(3)]
+    same_bits(F.stack(ys, dim), ref_op(lambda *t: torch.stack(t, dim), *ys), f"stack dim {dim}")
+
+
+@pytest.mark.sanitizer
+def test_cat_stack_backward():
+    xs = [randf((3, n), torch.float32, "catbw", n).requires_grad_() for n in (2, 5)]
+    g = randf((3, 7), torch.float32, "catbw-g")
+    got = torch.autograd.grad(F.cat(xs, 1), xs, g)
+    ref = torch.autograd.grad(torch.cat(xs, 1), xs, g)
+    for a, b in zip(got, ref):
+        same_bits(a, b, "cat backward")
+    ys = [randf((3, 4), torch.float32, "stbw", i).requires_grad_() for i in range(2)]
+    g = randf((3, 2, 4), torch.float32, "stbw-g")
+    got = torch.autograd.grad(F.stack(ys, 1), ys, g)
+    ref = torch.autograd.grad(torch.stack(ys, 1), ys, g)
+    for a, b in zip(got, ref):
+        same_bits(a, b, "stack backward")
+
+
+def test_cat_dtype_promotion_and_errors():
+    a = make((2, 3), torch.float16, "pa")
+    b = make((2, 3), torch.float32, "pb")
+    same_bits(F.cat([a, b]), torch.cat([a, b]), "cat promotion")
+    with pytest.raises(RuntimeError):
+        F.cat([a, make((2, 4), torch.float16, "pc")], 0)
+
+
+# ---- pad ------------------------------------------------------------------------------------------
+def pad_reference(x, pad, mode, value=0):
+    """Independent reference: per padded dim, an index map and index_select (any dtype)."""
+    pairs = BI._pad_pairs("pad", x, pad)
+    out = x
+    for d in range(x.dim()):
+        b, a = pairs[2 * d], pairs[2 * d + 1]
+        if b == 0 and a == 0:
+            continue
+        n = x.shape[d]
+        o = torch.arange(n + b + a, dtype=torch.int64)
+        i = o - b
+        inside = (i >= 0) & (i < n)
+        if mode == "reflect":
+            i = i.abs()
+            i = torch.where(i >= n, 2 * (n - 1) - i, i)
+        elif mode == "replicate":
+            i = i.clamp(0, n - 1)
+        elif mode == "circular":
+            i = i % n
+        src = i.clamp(0, max(n - 1, 0)).to(DEV)
+        sel = out.index_select(d, src) if n else torch.empty(
+            [s if k != d else len(o) for k, s in enumerate(out.shape)], dtype=out.dtype, device=DEV)
+        if mode == "constant":
+            shape = [1] * x.dim()
+            shape[d] = len(o)
+            fill = torch.full((), value, dtype=out.dtype, device=DEV) if out.dtype != torch.bool else \
+                torch.tensor(bool(value), device=DEV)
+            sel = torch.where(inside.to(DEV).view(shape), sel, fill)
+        out = sel
+    return out
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=str)
+def test_pad_every_dtype(mode, dt):
+    x = make((3, 7, 9), dt, "pad", mode, dt)
+    for pad in [(2, 3), (1, 2, 3, 0), (0, 0, 2, 1, 1, 1)]:
+        same_bits(F.pad(x, pad, mode), ref_op(lambda t: pad_reference(t, pad, mode), x), f"pad {mode} {pad} {dt}")
+    xt = x.transpose(1, 2)
+    same_bits(F.pad(xt, (2, 1), mode), ref_op(lambda t: pad_reference(t, (2, 1), mode), xt), f"pad {mode} strided")
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=str)
+def test_pad_constant_value_and_crop(dt):
+    x = make((4, 5, 6), dt, "padv", dt)
+    same_bits(F.pad(x, (1, 2, 3, 4), value=1.5), tF.pad(x, (1, 2, 3, 4), value=1.5), "pad value")
+    same_bits(F.pad(x, (-1, 2, 0, -2)), tF.pad(x, (-1, 2, 0, -2)), "pad crop")
+    same_bits(F.pad(x, (0, 0, 0, 0, 1, 1), value=float("-inf")), tF.pad(x, (0, 0, 0, 0, 1, 1), value=float("-inf")),
+              "pad -inf")
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular", "constant"])
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64], ids=str)
+def test_pad_vs_torch_and_backward(mode, dt):
+    x = randf((2, 3, 7, 9), dt, "padbw", mode).requires_grad_()
+    pad = (2, 3, 1, 2)
+    y = F.pad(x, pad, mode)
+    r = tF.pad(x, pad, mode)
+    same_bits(y.detach(), r.detach(), f"pad {mode} vs F.pad")
+    g = randf(r.shape, dt, "padbw-g", mode)
+    (gx,) = torch.autograd.grad(y, x, g)
+    (rx,) = torch.autograd.grad(r, x, g)
+    torch.testing.assert_close(gx, rx, rtol=1e-6 if dt == torch.float32 else 1e-12, atol=1e-6)
+
+
+@pytest.mark.parametrize("dt", [torch.float16, torch.bfloat16], ids=str)
+def test_pad_backward_half(dt):
+    x = make((3, 10, 12), dt, "padh", dt).requires_grad_()
+    pad = (3, 2, 4, 1)
+    g = make((3, 15, 17), dt, "padh-g", dt, lo=-3, hi=4)
+    (gx,) = torch.autograd.grad(F.pad(x, pad, "replicate"), x, g)
+    (rx,) = torch.autograd.grad(tF.pad(x.float(), pad, "replicate"), x, g.float())  # exact small ints
+    same_bits(gx, rx.to(dt), "replicate backward half")
+
+
+def test_pad_empty():
+    x = torch.empty((0, 4), device=DEV)
+    assert F.pad(x, (1, 1)).shape == (0, 6)
+    y = torch.empty((3, 0), device=DEV)
+    same_bits(F.pad(y, (2, 1), value=7.0), tF.pad(y, (2, 1), value=7.0), "constant pad of an empty dim")
+
+
+# ---- flip / roll / tile / triu / tril -----------------------------------------------------------------
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=str)
+def test_flip_roll_tile_tri(dt):
+    x = make((5, 6, 7), dt, "maps", dt)
+    xt = x.transpose(0, 2)
+    for dims in [(0,), (2,), (0, 1, 2), (-1, 0)]:
+        same_bits(F.flip(x, dims), ref_op(lambda t: torch.flip(t, dims), x), f"flip {dims}")
+    same_bits(F.flip(xt, (1,)), ref_op(lambda t: torch.flip(t, (1,)), xt), "flip strided")
+    for shifts, dims in [(2, 0), ((1, -3), (1, 2)), (13, 2), (-4, None), ((0, 6), (0, 1))]:
+        same_bits(F.roll(x, shifts, dims), ref_op(lambda t: torch.roll(t, shifts, dims), x), f"roll {shifts} {dims}")
+    same_bits(F.roll(xt, 3, 1), ref_op(lambda t: torch.roll(t, 3, 1), xt), "roll strided")
+    for reps in [(2, 1, 3), (1, 1, 1), (2, 2), (3, 1, 1, 2)]:
+        same_bits(F.tile(x, reps), ref_op(lambda t: torch.tile(t, reps), x), f"tile {reps}")
+    for r, d in [(3, 0), (1, 1), (2, -1), (0, 1), (4, None)]:
+        same_bits(F.repeat_interleave(xt, r, d), ref_op(lambda t: torch.repeat_interleave(t, r, d), xt),
+                  f"repeat_interleave {r} {d}")
+    for k, dims in [(1, (0, 1)), (2, (0, 2)), (3, (1, 2)), (-1, (2, 0)), (0, (0, 1))]:
+        same_bits(F.rot90(xt, k, dims), ref_op(lambda t: torch.rot90(t, k, dims), xt), f"rot90 {k} {dims}")
+    for k in [-2, 0, 1, 9]:
+        same_bits(F.triu(x, k), ref_op(lambda t: torch.triu(t, k), x), f"triu {k}")
+        same_bits(F.tril(xt, k), ref_op(lambda t: torch.tril(t, k), xt), f"tril strided {k}")
+
+
+@pytest.mark.sanitizer
+def test_maps_backward():
+    x = randf((4, 5, 6), torch.float32, "mapbw").requires_grad_()
+    for f, r in [(lambda t: F.flip(t, (0, 2)), lambda t: torch.flip(t, (0, 2))),
+                 (lambda t: F.roll(t, (2, -1), (1, 2)), lambda t: torch.roll(t, (2, -1), (1, 2))),
+                 (lambda t: F.triu(t, 1), lambda t: torch.triu(t, 1)),
+                 (lambda t: F.tile(t, (2, 1, 3)), lambda t: torch.tile(t, (2, 1, 3))),
+                 (lambda t: F.repeat_interleave(t, 3, 1), lambda t: torch.repeat_interleave(t, 3, 1)),
+                 (lambda t: F.repeat_interleave(t, idx([1, 0, 2, 3, 1], torch.int64), 1),
+                  lambda t: torch.repeat_interleave(t, idx([1, 0, 2, 3, 1], torch.int64), 1)),
+                 (lambda t: F.rot90(t, 1, (0, 2)), lambda t: torch.rot90(t, 1, (0, 2)))]:
+        y, ry = f(x), r(x)
+        g = randf(ry.shape, torch.float32, "mapbw-g", ry.shape)
+        (gx,) = torch.autograd.grad(y, x, g)
+        (rx,) = torch.autograd.grad(ry, x, g)
+        torch.testing.assert_close(gx, rx)
+
+
+# ---- gather family -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=str)
+def test_gather_index_select_take(dt, it):
+    x = make((6, 9, 5), dt, "gather", dt)
+    for dim in range(3):
+        shape = [4, 7, 3]
+        shape[dim] = 11  # more entries than the dim: duplicates
+        index = rand_index(shape, x.shape[dim], it, "gi", dim)
+        same_bits(F.gather(x, dim, index), ref_op(lambda t: torch.gather(t, dim, index.long()), x), f"gather {dim}")
+        sel = rand_index((13,), x.shape[dim], it, "si", dim)
+        same_bits(F.index_select(x, dim, sel), ref_op(lambda t: torch.index_select(t, dim, sel.long()), x),
+                  f"index_select dim {dim}")
+        xt = x.transpose(0, 2)
+        st = sel.clamp(max=xt.shape[dim] - 1)
+        same_bits(F.index_select(xt, dim, st), ref_op(lambda t: torch.index_select(t, dim, st.long()), xt),
+                  f"index_select strided dim {dim}")
+    t_idx = rand_index((6, 4, 1), 9, it, "take")
+    same_bits(F.take_along_dim(x, t_idx, 1), ref_op(lambda t: torch.take_along_dim(t, t_idx.long(), 1), x),
+              "take_along_dim")
+    same_bits(F.take_along_dim(x, t_idx[:1], 1), ref_op(lambda t: torch.take_along_dim(t, t_idx[:1].long(), 1), x),
+              "take_along_dim broadcast")
+    flat = rand_index((17,), x.numel(), it, "takeflat")
+    same_bits(F.take_along_dim(x, flat), ref_op(lambda t: torch.take_along_dim(t, flat.long()), x),
+              "take_along_dim flat")
+
+
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=str)
+def test_embedding_forward(dt, it):
+    w = make((50, 24), dt, "emb", dt)
+    ids = rand_index((3, 7), 50, it, "ids")
+    same_bits(F.embedding(ids, w), ref_op(lambda t: t[ids.long()], w), "embedding")
+    ws = w[:, 1:18]
+    same_bits(F.embedding(ids, ws), ref_op(lambda t: t[ids.long()], ws), "embedding strided rows")
+    same_bits(F.embedding(ids[:0], w), ref_op(lambda t: t[ids[:0].long()], w), "embedding empty")
+    if dt == torch.float32:
+        same_bits(F.embedding(ids, w), tF.embedding(ids.long(), w), "embedding vs F.embedding")
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=str)
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+def test_embedding_backward(dt, it):
+    w = make((40, 64), dt, "embbw", dt).requires_grad_()
+    ids = rand_index((9, 31), 40, it, "embbw-ids")  # many duplicates
+    g = make((9, 31, 64), dt, "embbw-g", dt, lo=-3, hi=4)
+    for padding_idx in (None, 3):
+        (gw,) = torch.autograd.grad(F.embedding(ids, w, padding_idx=padding_idx), w, g)
+        (rw,) = torch.autograd.grad(tF.embedding(ids.long(), w, padding_idx=padding_idx), w, g)
+        same_bits(gw, rw, f"embedding backward padding_idx={padding_idx}")  # exact: small integers
+    # deterministic: random floats, repeated runs are bit-identical
+    gf = randf((9, 31, 64), dt, "embbw-gf")
+    runs = [torch.autograd.grad(F.embedding(ids, w), w, gf)[0] for _ in range(3)]
+    for r in runs[1:]:
+        same_bits(r, runs[0], "embedding backward repeatability")
+    # vs an f64 reference rounded once: sums in f32 (f64) then one rounding, as torch's CUDA kernel
+    wd = w.detach().double().requires_grad_()
+    (rw,) = torch.autograd.grad(tF.embedding(ids.long(), wd), wd, gf.double())
+    rtol = {torch.bfloat16: 1.6e-2, torch.float16: 1e-3, torch.float32: 1.3e-6, torch.float64: 1e-7}[dt]
+    torch.testing.assert_close(runs[0], rw.to(dt), rtol=rtol, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64], ids=str)
+def test_embedding_bag(mode, dt):
+    w = randf((30, 16), dt, "bag", mode).requires_grad_()
+    ids = rand_index((25,), 30, torch.int64, "bag-ids")
+    cases = [dict(offsets=idx([0, 3, 3, 10, 24], torch.int64)),  # an empty bag
+             dict(offsets=idx([0, 4, 9, 25], torch.int64), include_last_offset=True),
+             dict(offsets=idx([0, 5, 11], torch.int64), padding_idx=int(ids[2]))]
+    if mode == "sum":
+        cases.append(dict(offsets=idx([0, 7, 12], torch.int64), per_sample_weights=randf((25,), dt, "psw")))
+    for kw in cases:
+        got = F.embedding_bag(ids, w, mode=mode, **kw)
+        ref = tF.embedding_bag(ids, w, mode=mode, **kw)
+        torch.testing.assert_close(got, ref, msg=lambda m: f"embedding_bag {mode} {sorted(kw)}: {m}")
+        g = randf(ref.shape, dt, "bag-g", mode, len(kw))
+        (gw,) = torch.autograd.grad(got, w, g)
+        (rw,) = torch.autograd.grad(ref, w, g)
+        torch.testing.assert_close(gw, rw, msg=lambda m: f"embedding_bag backward {mode} {sorted(kw)}: {m}")
+    ids2 = rand_index((6, 4), 30, torch.int32, "bag2")
+    torch.testing.assert_close(F.embedding_bag(ids2, w, mode=mode), tF.embedding_bag(ids2.long(), w, mode=mode))
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
+def test_diag_take_put_one_hot_dynamic_slice(dt):
+    x = make((5, 7, 6), dt, "misc", dt)
+    for off, d1, d2 in [(0, 0, 1), (2, 1, 2), (-1, 2, 0)]:
+        same_bits(F.diagonal(x, off, d1, d2), ref_op(lambda t: torch.diagonal(t, off, d1, d2).contiguous(), x),
+                  f"diagonal {off}")
+        same_bits(F.diag_embed(x, off, d1, d2), ref_op(lambda t: torch.diag_embed(t, off, d1, d2), x),
+                  f"diag_embed {off}")
+    v = x[0, 0]
+    same_bits(F.diag(v, 1), ref_op(lambda t: torch.diag(t, 1), v), "diag 1-d")
+    same_bits(F.diag(x[0], -1), ref_op(lambda t: torch.diag(t, -1), x[0]), "diag 2-d")
+    index = rand_index((3, 4), x.numel(), torch.int64, "take") - x.numel() // 2  # negatives wrap
+    same_bits(F.take(x, index), ref_op(lambda t: torch.take(t, index), x), "take")
+    src = make((3, 4), dt, "put-src", dt)
+    uniq = torch.randperm(x.numel(), generator=gen("put"))[:12].view(3, 4).to(DEV) - 10
+    same_bits(F.put(x, uniq, src), ref_op(lambda t, s: torch.put(t, uniq, s), x, src), "put")
+    if dt in (torch.float32, torch.int64):
+        same_bits(F.put(x, index, src, accumulate=True), torch.put(x, index, src, accumulate=True), "put accumulate")
+    sizes = (2, 7, 3)
+    for starts in [(1, 0, 2), (4, 3, 9), (-3, 0, 0)]:
+        ref = ref_op(lambda t: t[tuple(slice(min(max(s, 0), t.shape[d] - sizes[d]),
+                                             min(max(s, 0), t.shape[d] - sizes[d]) + sizes[d])
+                                       for d, s in enumerate(starts))].contiguous(), x)
+        same_bits(F.dynamic_slice(x, starts, sizes), ref, f"dynamic_slice {starts}")
+        upd = make(sizes, dt, "dus", starts, dt)
+        want = x.clone()
+        window = tuple(slice(min(max(s, 0), x.shape[d] - sizes[d]), min(max(s, 0), x.shape[d] - sizes[d]) + sizes[d])
+                       for d, s in enumerate(starts))
+        want[window] = upd
+        same_bits(F.dynamic_update_slice(x, upd, torch.tensor(starts)), want, f"dynamic_update_slice {starts}")
+
+
+@pytest.mark.sanitizer
+def test_one_hot_and_misc_backward():
+    labels = rand_index((4, 5), 7, torch.int64, "oh")
+    same_bits(F.one_hot(labels, 9), tF.one_hot(labels, 9), "one_hot")
+    same_bits(F.one_hot(labels), tF.one_hot(labels), "one_hot inferred classes")
+    with pytest.raises(IndexError):
+        F.one_hot(labels, 3)
+    x = randf((4, 6), torch.float64, "misc-bw").requires_grad_()
+    for f, r in [(lambda t: F.diag_embed(t, 1), lambda t: torch.diag_embed(t, 1)),
+                 (lambda t: F.diagonal(t, 1), lambda t: torch.diagonal(t, 1)),
+                 (lambda t: F.take(t, idx([[0, 5], [-1, 5]], torch.int64)),
+                  lambda t: torch.take(t, idx([[0, 5], [-1, 5]], torch.int64)))]:
+        y, ry = f(x), r(x)
+        g = randf(ry.shape, torch.float64, "misc-bw-g", ry.shape)
+        torch.testing.assert_close(torch.autograd.grad(y, x, g)[0], torch.autograd.grad(ry, x, g)[0])
+
+
+# ---- scatter family ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("det", [False, True])
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", ADD_DTYPES, ids=str)
+def test_scatter_add_index_add(dt, it, det):
+    x = make((6, 9, 5), dt, "sa", dt, lo=-8, hi=8)
+    for dim in range(3):
+        shape = [4, 7, 3]
+        shape[dim] = 23
+        index = rand_index(shape, x.shape[dim], it, "sai", dim)
+        src = make(shape, dt, "sas", dim, dt, lo=-4, hi=5)
+        same_bits(F.scatter_add(x, dim, index, src, deterministic=det),
+                  torch.scatter_add(x, dim, index.long(), src), f"scatter_add dim {dim}")
+        sel = rand_index((29,), x.shape[dim], it, "iai", dim)
+        sshape = list(x.shape)
+        sshape[dim] = 29
+        s2 = make(sshape, dt, "ias", dim, dt, lo=-4, hi=5)
+        same_bits(F.index_add(x, dim, sel, s2, deterministic=det), torch.index_add(x, dim, sel.long(), s2),
+                  f"index_add dim {dim}")
+        if dt.is_floating_point:
+            same_bits(F.index_add(x, dim, sel, s2, alpha=2, deterministic=det),
+                      torch.index_add(x, dim, sel.long(), s2, alpha=2), f"index_add alpha dim {dim}")
+    xt = x.transpose(0, 2)  # strided self and source
+    sel = rand_index((12,), xt.shape[1], it, "iat")
+    s3 = make((5, 12, 6), dt, "iat-s", dt, lo=-4, hi=5).transpose(0, 2).contiguous().transpose(0, 2)
+    same_bits(F.index_add(xt, 1, sel, s3, deterministic=det), torch.index_add(xt, 1, sel.long(), s3),
+              "index_add strided")
+
+
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=str)
+def test_scatter_index_copy_index_fill(dt, it):
+    x = make((6, 9, 5), dt, "asg", dt)
+    for dim in range(3):
+        n = x.shape[dim]
+        # unique destinations along dim on every line: the result is defined (no duplicate race)
+        full = [4, 7, 3]
+        full[dim] = n
+        shape = list(full)
+        shape[dim] = min(n, 4)
+        index = torch.rand(full, generator=gen("asgp", dim)).argsort(dim).narrow(dim, 0, shape[dim])
+        index = index.contiguous().to(it).to(DEV)
+        src = make(shape, dt, "asg-src", dim, dt)
+        for det in (False, True):
+            same_bits(F.scatter(x, dim, index, src, deterministic=det),
+                      ref_op(lambda t, s: torch.scatter(t, dim, index.long(), s), x, src), f"scatter dim {dim}")
+        sel = torch.randperm(n, generator=gen("asgs", dim))[:min(n, 5)].to(it).to(DEV)
+        sshape = list(x.shape)
+        sshape[dim] = sel.numel()
+        s2 = make(sshape, dt, "asg-s2", dim, dt)
+        for det in (False, True):
+            same_bits(F.index_copy(x, dim, sel, s2, deterministic=det),
+                      ref_op(lambda t, s: torch.index_copy(t, dim, sel.long(), s), x, s2), f"index_copy dim {dim}")
+        same_bits(F.index_fill(x, dim, sel, 0), ref_op(lambda t: torch.index_fill(t, dim, sel.long(), 0), x),
+                  f"index_fill dim {dim}")
+    if dt.is_floating_point and dt.itemsize > 1:
+        same_bits(F.index_fill(x, 1, sel.clamp(max=8), 1.5), torch.index_fill(x, 1, sel.clamp(max=8).long(), 1.5),
+                  "index_fill value")
+        same_bits(F.scatter(x, 0, index.clamp(max=5), -2.0), torch.scatter(x, 0, index.clamp(max=5).long(), -2.0),
+                  "scatter value")
+
+
+def test_assign_duplicates_last_wins_when_deterministic():
+    x = torch.zeros(5, 3, device=DEV)
+    src = torch.arange(18, dtype=torch.float32, device=DEV).view(6, 3)
+    ids = idx([1, 3, 1, 0, 3, 1], torch.int64)
+    got = F.index_copy(x, 0, ids, src, deterministic=True)
+    ref = x.clone()
+    for k, i in enumerate(ids.tolist()):  # sequential semantics: the last duplicate lands
+        ref[i] = src[k]
+    same_bits(got, ref, "index_copy last duplicate wins")
+    index = idx([[1, 1, 0], [1, 0, 0]], torch.int64)
+    got = F.scatter(torch.zeros(2, 3, device=DEV), 0, index, src[:2], deterministic=True)
+    ref = torch.zeros(2, 3, device=DEV)
+    for r in range(2):
+        for c in range(3):
+            ref[index[r, c], c] = src[r, c]
+    same_bits(got, ref, "scatter last duplicate wins")
+
+
+@pytest.mark.sanitizer
+def test_assign_backward():
+    x = randf((6, 5), torch.float64, "asgbw").requires_grad_()
+    src = randf((6, 5), torch.float64, "asgbw-s").requires_grad_()
+    g = randf((6, 5), torch.float64, "asgbw-g")
+    index = torch.stack([torch.randperm(6, generator=gen("asgbw-i", c)) for c in range(5)], 1).to(DEV)
+    got = torch.autograd.grad(F.scatter(x, 0, index, src), (x, src), g)
+    ref = torch.autograd.grad(torch.scatter(x, 0, index, src), (x, src), g)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)
+    sel = idx([4, 0, 2], torch.int64)
+    s2 = randf((3, 5), torch.float64, "asgbw-s2").requires_grad_()
+    got = torch.autograd.grad(F.index_copy(x, 0, sel, s2), (x, s2), g)
+    ref = torch.autograd.grad(torch.index_copy(x, 0, sel, s2), (x, s2), g)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)
+    (gx,) = torch.autograd.grad(F.index_fill(x, 1, sel, 3.0), x, g)
+    (rx,) = torch.autograd.grad(torch.index_fill(x, 1, sel, 3.0), x, g)
+    torch.testing.assert_close(gx, rx)
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=str)
+def test_deterministic_scatter_is_bit_stable(dt):
+    x = randf((100, 64), dt, "detx")
+    ids = rand_index((20000,), 100, torch.int64, "detids")
+    src = randf((20000, 64), dt, "dets")
+    runs = [F.index_add(x, 0, ids, src, deterministic=True) for _ in range(4)]
+    for r in runs[1:]:
+        same_bits(r, runs[0], "index_add deterministic repeatability")
+    ref = torch.index_add(x.double(), 0, ids, src.double()).to(dt)
+    torch.testing.assert_close(runs[0], ref, rtol=1e-5 if dt == torch.float32 else 1.6e-2, atol=1e-3)
+    sku = BI.index_sku("index_add", {"x": x, "index": ids, "src": src, "out": torch.empty_like(x)}, {"dim": 0},
+                       deterministic=True)
+    assert "scatter-sorted" in sku and " deterministic" in sku and "nondeterministic" not in sku, sku
+    sku = BI.index_sku("index_add", {"x": x, "index": ids, "src": src, "out": torch.empty_like(x)}, {"dim": 0})
+    assert "scatter-atomic" in sku and "nondeterministic" in sku, sku
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        again = F.index_add(x, 0, ids, src)  # the global flag selects the sorted path
+    finally:
+        torch.use_deterministic_algorithms(False)
+    same_bits(again, runs[0], "index_add under torch.use_deterministic_algorithms")
+
+
+@pytest.mark.sanitizer
+def test_gather_index_select_backward():
+    x = randf((7, 8, 9), torch.float64, "gbw").requires_grad_()
+    index = rand_index((7, 20, 9), 8, torch.int64, "gbw-i")
+    g = randf((7, 20, 9), torch.float64, "gbw-g")
+    for det in (False, True):
+        (gx,) = torch.autograd.grad(F.gather(x, 1, index, deterministic=det), x, g)
+        (rx,) = torch.autograd.grad(torch.gather(x, 1, index), x, g)
+        torch.testing.assert_close(gx, rx)
+        sel = rand_index((15,), 9, torch.int32, "gbw-s")
+        gs = randf((7, 8, 15), torch.float64, "gbw-gs")
+        (gx,) = torch.autograd.grad(F.index_select(x, 2, sel, deterministic=det), x, gs)
+        (rx,) = torch.autograd.grad(torch.index_select(x, 2, sel.long()), x, gs)
+        torch.testing.assert_close(gx, rx)
+
+
+@pytest.mark.sanitizer
+def test_scatter_index_add_backward():
+    x = randf((6, 5), torch.float64, "sbw").requires_grad_()
+    src = randf((9, 5), torch.float64, "sbw-s").requires_grad_()
+    ids = rand_index((9,), 6, torch.int64, "sbw-i")
+    g = randf((6, 5), torch.float64, "sbw-g")
+    got = torch.autograd.grad(F.index_add(x, 0, ids, src, alpha=3), (x, src), g)
+    ref = torch.autograd.grad(torch.index_add(x, 0, ids, src, alpha=3), (x, src), g)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)
+    index = rand_index((6, 5), 6, torch.int64, "sbw-si")
+    src2 = randf((6, 5), torch.float64, "sbw-s2").requires_grad_()
+    got = torch.autograd.grad(F.scatter_add(x, 0, index, src2), (x, src2), g)
+    ref = torch.autograd.grad(torch.scatter_add(x, 0, index, src2), (x, src2), g)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)
+
+
+# ---- segment ops ------------------------------------------------------------------------------------------
+def segment_sum_ref(data, ids, n):
+    keep = (ids >= 0) & (ids < n)
+    out = torch.zeros((n,) + tuple(data.shape[1:]), dtype=data.dtype, device=DEV)
+    return out.index_add(0, ids[keep].long(), data[keep])
+
+
+def segment_max_ref(data, ids, n, reduce="amax"):
+    keep = (ids >= 0) & (ids < n)
+    d, i = data[keep], ids[keep].long()
+    if data.dtype.is_floating_point:
+        init = float("-inf") if reduce == "amax" else float("inf")
+    else:
+        init = torch.iinfo(data.dtype).min if reduce == "amax" else torch.iinfo(data.dtype).max
+    out = torch.full((n,) + tuple(data.shape[1:]), init, dtype=data.dtype, device=DEV)
+    return out.scatter_reduce(0, i.view(-1, *([1] * (data.dim() - 1))).expand_as(d), d, reduce, include_self=True)
+
+
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", ADD_DTYPES, ids=str)
+def test_segment_sum_max(dt, it):
+    data = make((300, 7, 3), dt, "seg", dt, lo=-9, hi=9)
+    ids = rand_index((300,), 40, it, "seg-ids") - 2  # some negative ids, and 38..39 past num_segments
+    n = 37
+    for det in (False, True):
+        same_bits(F.segment_sum(data, ids, n, deterministic=det), segment_sum_ref(data, ids, n), "segment_sum")
+    same_bits(F.segment_max(data, ids, n), segment_max_ref(data, ids, n), "segment_max")
+    same_bits(F.segment_min(data, ids, n), segment_max_ref(data, ids, n, "amin"), "segment_min")
+    sorted_ids, _ = ids.sort()
+    same_bits(F.segment_sum(data, sorted_ids, n, indices_are_sorted=True), segment_sum_ref(data, sorted_ids, n),
+              "segment_sum sorted ids")
+    assert F.segment_sum(data[:0], ids[:0], 5).shape == (5, 7, 3)
+    big = torch.iinfo(dt).max if not dt.is_floating_point else float("inf")
+    assert (F.segment_min(data[:0], ids[:0], 2) == big).all()
+
+
+def test_segment_max_nan_and_empty():
+    data = torch.tensor([[1.0], [float("nan")], [3.0], [-0.0], [0.0]], device=DEV)
+    ids = idx([0, 0, 1, 3, 3], torch.int64)
+    got = F.segment_max(data, ids, 4)
+    assert torch.isnan(got[0]).all()
+    assert got[1].item() == 3.0
+    assert got[2].item() == float("-inf")
+    assert got[3].item() == 0.0
+    low = F.segment_min(data, ids, 4)
+    assert torch.isnan(low[0]).all()
+    assert low[1].item() == 3.0 and low[2].item() == float("inf") and low[3].item() == 0.0
+
+
+@pytest.mark.sanitizer
+def test_segment_backward():
+    data = make((200, 5), torch.float64, "segbw", lo=-3, hi=3).requires_grad_()  # many ties
+    ids = rand_index((200,), 12, torch.int64, "segbw-ids")
+    g = randf((12, 5), torch.float64, "segbw-g")
+    (gx,) = torch.autograd.grad(F.segment_sum(data, ids, 12), data, g)
+    (rx,) = torch.autograd.grad(segment_sum_ref(data, ids, 12), data, g)
+    torch.testing.assert_close(gx, rx)
+    (gx,) = torch.autograd.grad(F.segment_max(data, ids, 12), data, g)
+    (rx,) = torch.autograd.grad(segment_max_ref(data, ids, 12), data, g)  # torch splits ties evenly too
+    torch.testing.assert_close(gx, rx)
+    (gx,) = torch.autograd.grad(F.segment_min(data, ids, 12), data, g)
+    (rx,) = torch.autograd.grad(segment_max_ref(data, ids, 12, "amin"), data, g)
+    torch.testing.assert_close(gx, rx)
+
+
+# ---- out-of-range indices -----------------------------------------------------------------------------------
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+def test_out_of_range_raises_and_leaves_inputs(it):
+    x = make((5, 6), torch.float32, "oor")
+    keep = x.clone()
+    for bad in (6, -1, 1 << 20):
+        with pytest.raises(IndexError):
+            F.gather(x, 1, idx([[0, bad]] * 5, it))
+        with pytest.raises(IndexError):
+            F.index_select(x, 1, idx([1, bad], it))
+        with pytest.raises(IndexError):
+            F.embedding(idx([1, bad + 5 if bad >= 0 else bad], it), x)
+        src = make((5, 2), torch.float32, "oor-s")
+        with pytest.raises(IndexError):
+            F.scatter_add(x, 1, idx([[0, bad]] * 5, it), src)
+        with pytest.raises(IndexError):
+            F.index_add(x, 1, idx([0, bad], it), src, deterministic=True)
+        same_bits(x, keep, "input untouched")
+        same_bits(src, make((5, 2), torch.float32, "oor-s"), "src untouched")
+    # the valid part of an out-of-range scatter still lands, the bad element is dropped
+    BI.check_indices = False
+    try:
+        got = F.index_add(x, 1, idx([0, 99], it), src)
+    finally:
+        BI.check_indices = True
+    ref = x.clone()
+    ref[:, 0] += src[:, 0]
+    same_bits(got, ref, "index_add drops the out-of-range slice")
+
+
+# ---- sizes past 2^31 -----------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_copy_past_2_31_elements():
+    free, _ = torch.cuda.mem_get_info()
+    if free < 6 * (1 << 30):
+        pytest.skip("needs 6 GiB free")
+    x = torch.empty((1 << 16, (1 << 15) + 8), dtype=torch.uint8, device=DEV)
+    x.view(-1)[::4099] = 7
+    v = x[:, 3:(1 << 15) + 5]  # 2^31 elements, strided rows
+    got = F.contiguous(v)
+    assert torch.equal(got, v.contiguous())
+    del got
+    t = F.permute_copy(x[:4096], (1, 0))
+    assert torch.equal(t, x[:4096].t().contiguous())

@@ -1,0 +1,480 @@
+// The indexing family without a GPU: the table, dtype coverage (declared == accepted),
+// descriptor and argument refusals with their messages, preferences (the sorted scatter), the
+// workspace, and the kernel run() would take (layout_for: widening, tiled transpose, 64-bit
+// indexing) on fake pointers.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "baracuda/core/coverage.hpp"
+#include "baracuda/ops/index.hpp"
+#include "test_util.hpp"
+
+namespace baracuda {
+namespace {
+
+using test::fake_ptr;
+using test::strided;
+
+const Target kTarget = Target::offline(90);
+
+TensorRef ref_of(int slot, DType dt, const Layout& l, int64_t byte_offset = 0) {
+  return TensorRef{fake_ptr(slot, byte_offset), dt, l};
+}
+TensorMut mut_of(int slot, DType dt, const Layout& l, int64_t byte_offset = 0) {
+  return TensorMut{fake_ptr(slot, byte_offset), dt, l};
+}
+
+bool contains_text(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+#define EXPECT_MSG(result, part) \
+  EXPECT_TRUE(contains_text((result).message(), part)) << "message: " << (result).message()
+
+// ---- table and coverage ------------------------------------------------------------------------
+TEST(IndexTable, RowsAndNames) {
+  for (const char* n : {"copy",      "cat",         "stack",       "pad",
+                        "flip",      "roll",        "tile",        "repeat_interleave",
+                        "triu",      "tril",        "gather",      "index_select",
+                        "embedding", "scatter",     "scatter_add", "index_copy",
+                        "index_add", "segment_sum", "segment_max", "segment_min"}) {
+    auto op = index_op_from_name(n);
+    ASSERT_TRUE(op.has_value()) << n;
+    EXPECT_STREQ(info(*op).name, n);
+  }
+  EXPECT_FALSE(index_op_from_name("nonzero").has_value());
+  EXPECT_TRUE(info(IndexOp::gather).takes_index);
+  EXPECT_FALSE(info(IndexOp::pad).takes_index);
+  EXPECT_EQ(pad_mode_from_name("reflect"), PadMode::reflect);
+  EXPECT_FALSE(pad_mode_from_name("mirror").has_value());
+}
+
+TEST(IndexCoverage, DeclaredEqualsAccepted) {
+  for (const auto& in : index_ops()) {
+    for (Direction dir : {Direction::Forward, Direction::Backward}) {
+      const DTypeSet declared = dir == Direction::Forward ? in.fw_dtypes : in.bw_dtypes;
+      for (int i = 0; i < kNumDTypes; ++i) {
+        const DType t = static_cast<DType>(i);
+        for (DType it : {DType::s32, DType::s64}) {
+          auto p = IndexPlan::select(kTarget, index_probe(in.op, t, it, dir));
+          EXPECT_EQ(p.ok(), contains(declared, t))
+              << in.name << " " << to_string(dir) << " " << name(t) << " " << name(it) << ": " << p.message();
+          if (!p.ok()) {
+            EXPECT_EQ(p.status(), Status::Unsupported) << p.message();
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(IndexCoverage, RegisteredRows) {
+  int gather_rows = 0, pad_bw = 0;
+  for (const auto& r : coverage(kTarget)) {
+    if (r.family != "index") continue;
+    if (r.op == "gather") ++gather_rows;
+    if (r.op == "pad" && r.direction == Direction::Backward) ++pad_bw;
+  }
+  EXPECT_EQ(gather_rows, 2 * __builtin_popcount(dtypes::kAll));  // every dtype x {s32, s64}
+  EXPECT_EQ(pad_bw, 4);
+}
+
+// ---- descriptor refusals -----------------------------------------------------------------------
+TEST(IndexSelect, DescriptorRefusals) {
+  auto r =
+      IndexPlan::select(kTarget, IndexDesc::gather(DType::f32, DType::f32, Shape::of({4, 8}), Shape::of({4, 3}), 1));
+  EXPECT_EQ(r.status(), Status::InvalidProblem);
+  EXPECT_MSG(r, "gather: index dtype expected int32 or int64, got float32");
+
+  r = IndexPlan::select(kTarget, IndexDesc::gather(DType::f32, DType::s64, Shape::of({4, 8}), Shape::of({5, 3}), 1));
+  EXPECT_MSG(r, "index.shape[0]=5 expected <= input.shape[0]=4");
+
+  r = IndexPlan::select(kTarget, IndexDesc::index_select(DType::f32, DType::s64, Shape::of({4, 8}), 3, 2));
+  EXPECT_MSG(r, "index_select: dim expected in [0, 2)");
+
+  const int64_t pads[] = {4, 0, 0, 0};
+  r = IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::f32, Shape::of({4, 8}), pads, PadMode::reflect));
+  EXPECT_MSG(r, "reflect padding of dim 0 expected < the input size 4");
+  const int64_t crop[] = {-1, 0, 0, 0};
+  r = IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::f32, Shape::of({4, 8}), crop, PadMode::replicate));
+  EXPECT_MSG(r, "negative padding (cropping) is supported by constant mode only");
+  EXPECT_TRUE(
+      IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::f32, Shape::of({4, 8}), crop, PadMode::constant)).ok());
+  const int64_t three[] = {1, 1, 1};
+  r = IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::f32, Shape::of({4, 8}), three, PadMode::constant));
+  EXPECT_MSG(r, "pads expected 2 per dim (4 values");
+  const int64_t circ[] = {5, 0, 0, 0};
+  r = IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::f32, Shape::of({4, 8}), circ, PadMode::circular));
+  EXPECT_MSG(r, "circular padding of dim 0 expected <= the input size 4");
+
+  r = IndexPlan::select(kTarget, IndexDesc::triu(DType::f32, Shape::of({8}), 0));
+  EXPECT_MSG(r, "triu: input rank expected >= 2, got 1");
+
+  r = IndexPlan::select(kTarget, IndexDesc::embedding(DType::f32, DType::s64, 10, 8, Shape::of({3}), 10));
+  EXPECT_MSG(r, "padding_idx expected -1 (none) or in [0, 10)");
+
+  r = IndexPlan::select(kTarget, IndexDesc::index_add(DType::f32, DType::s64, Shape::of({4, 8}), Shape::of({3, 7}), 0));
+  EXPECT_MSG(r, "src.shape[1]=7 expected 8 (self's)");
+
+  r = IndexPlan::select(kTarget,
+                        IndexDesc::segment(DType::f32, DType::s32, Shape::of({4, 8}), -1, IndexOp::segment_sum));
+  EXPECT_MSG(r, "num_segments expected >= 0, got -1");
+
+  const int64_t reps[] = {1, -2};
+  r = IndexPlan::select(kTarget, IndexDesc::tile(DType::f32, Shape::of({4, 8}), reps));
+  EXPECT_EQ(r.status(), Status::InvalidProblem);
+
+  r = IndexPlan::select(kTarget, IndexDesc::repeat_interleave(DType::f32, Shape::of({4, 8}), -1, 1));
+  EXPECT_MSG(r, "repeat_interleave: repeats expected >= 0");
+  r = IndexPlan::select(kTarget, IndexDesc::repeat_interleave(DType::f32, Shape::of({4, 8}), 2, 2));
+  EXPECT_MSG(r, "repeat_interleave: dim expected in [0, 2)");
+
+  r = IndexPlan::select(kTarget, IndexDesc::flip(DType::f32, Shape::of({4, 8}), 4u));
+  EXPECT_MSG(r, "flip_dims names a dim >= the rank 2");
+
+  r = IndexPlan::select(kTarget, IndexDesc::cat(DType::f32, Shape::of({4, 8}), 1, 0));
+  EXPECT_MSG(r, "num_inputs expected >= 1");
+}
+
+TEST(IndexSelect, DTypeAndBackwardRefusals) {
+  auto r =
+      IndexPlan::select(kTarget, IndexDesc::segment(DType::u8, DType::s32, Shape::of({4, 8}), 3, IndexOp::segment_sum));
+  EXPECT_EQ(r.status(), Status::Unsupported);
+  EXPECT_MSG(r, "segment_sum: dtype expected one of {");
+  IndexDesc g = IndexDesc::gather(DType::f32, DType::s64, Shape::of({4, 8}), Shape::of({4, 3}), 1);
+  g.direction = Direction::Backward;
+  r = IndexPlan::select(kTarget, g);
+  EXPECT_MSG(r, "gather has no backward plan");
+  const int64_t pads[] = {1, 1, 1, 1};
+  r = IndexPlan::select(
+      kTarget, IndexDesc::pad_nd(DType::s32, Shape::of({4, 8}), pads, PadMode::constant, 0, Direction::Backward));
+  EXPECT_MSG(r, "pad_backward: dtype expected one of {float64, float32, float16, bfloat16}, got int32");
+}
+
+TEST(IndexSelect, Preferences) {
+  const IndexDesc d = IndexDesc::index_add(DType::f32, DType::s64, Shape::of({10, 8}), Shape::of({300, 8}), 0);
+  auto atomic = IndexPlan::select(kTarget, d);
+  ASSERT_TRUE(atomic.ok()) << atomic.message();
+  EXPECT_FALSE(atomic->sorted());
+  EXPECT_FALSE(atomic->precision().deterministic);
+  EXPECT_EQ(atomic->workspace_size(), 0u);
+  EXPECT_TRUE(contains_text(atomic->sku().layout, "scatter-atomic"));
+
+  PlanPreference det;
+  det.require_deterministic = true;
+  auto sorted = IndexPlan::select(kTarget, d, det);
+  ASSERT_TRUE(sorted.ok()) << sorted.message();
+  EXPECT_TRUE(sorted->sorted());
+  EXPECT_TRUE(sorted->precision().deterministic);
+  EXPECT_TRUE(sorted->precision().bit_stable);
+  EXPECT_GE(sorted->workspace_size(), 4u * 300 * 8);
+  EXPECT_TRUE(contains_text(sorted->sku().layout, "scatter-sorted"));
+
+  PlanPreference bits;
+  bits.require_bit_stable = true;
+  EXPECT_TRUE(IndexPlan::select(kTarget, d, bits)->sorted());
+
+  // Ops without atomics meet determinism as they are.
+  auto g = IndexPlan::select(kTarget, IndexDesc::index_select(DType::bf16, DType::s32, Shape::of({10, 8}), 3, 0), det);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->workspace_size(), 0u);
+  EXPECT_TRUE(g->precision().deterministic);
+  // segment_max: atomic max is order-independent.
+  auto m = IndexPlan::select(
+      kTarget, IndexDesc::segment(DType::f32, DType::s64, Shape::of({10, 8}), 4, IndexOp::segment_min), det);
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE(m->sorted());
+  EXPECT_TRUE(m->precision().deterministic);
+  // embedding backward is always sorted.
+  auto e = IndexPlan::select(
+      kTarget, IndexDesc::embedding(DType::bf16, DType::s64, 100, 64, Shape::of({7}), -1, Direction::Backward));
+  ASSERT_TRUE(e.ok()) << e.message();
+  EXPECT_TRUE(e->sorted());
+
+  PlanPreference p;
+  p.backend = Backend::CuBlasLt;
+  auto r = IndexPlan::select(kTarget, d, p);
+  EXPECT_EQ(r.status(), Status::Unsupported);
+  EXPECT_MSG(r, "preference backend=");
+  p = {};
+  p.tf32 = Tristate::Require;
+  EXPECT_MSG(IndexPlan::select(kTarget, d, p), "tf32=Require");
+  p = {};
+  p.reduced_precision_reduction = Tristate::Require;
+  EXPECT_MSG(IndexPlan::select(kTarget, d, p), "reduced_precision_reduction=Require");
+  EXPECT_MSG(IndexPlan::select(Target::offline(75), d), "below the minimum sm_80");
+  p = {};
+  p.vectorized = Tristate::Forbid;
+  EXPECT_TRUE(contains_text(IndexPlan::select(kTarget, d, p)->sku().layout, "vectorization forbidden"));
+}
+
+// ---- arguments -----------------------------------------------------------------------------------
+TEST(IndexArgs, CopyChecks) {
+  auto plan = IndexPlan::select(kTarget, IndexDesc::copy(DType::f32, Shape::of({4, 8})));
+  ASSERT_TRUE(plan.ok());
+  IndexArgs a;
+  a.x = ref_of(0, DType::f32, strided({4, 8}, {1, 4}));  // a transposed view
+  a.out = mut_of(1, DType::f32, Layout::contiguous({4, 8}));
+  EXPECT_TRUE(plan->can_implement(a).ok()) << plan->can_implement(a).message();
+
+  IndexArgs b = a;
+  b.x.dtype = DType::f16;
+  EXPECT_MSG(plan->can_implement(b), "copy: x dtype expected float32, got float16");
+  b = a;
+  b.out.layout = Layout::contiguous({4, 9});
+  EXPECT_MSG(plan->can_implement(b), "copy: out shape expected [4, 8], got [4, 9]");
+  b = a;
+  b.x.layout = strided({4, 8}, {8, -1});
+  EXPECT_MSG(plan->can_implement(b), "x stride[1] expected >= 0, got -1");
+  b = a;
+  b.out.layout = strided({4, 8}, {0, 1});
+  EXPECT_MSG(plan->can_implement(b), "out overlaps itself");
+  b = a;
+  b.x.data = nullptr;
+  EXPECT_MSG(plan->can_implement(b), "x is null but has elements");
+  b = a;
+  b.out.data = fake_ptr(0, 8);  // partially overlapping the input
+  EXPECT_MSG(plan->can_implement(b), "out overlaps x");
+  b = a;
+  b.x = TensorRef(b.out);  // exact in-place copy is a no-op and allowed
+  EXPECT_TRUE(plan->can_implement(b).ok());
+  b = a;
+  b.index = ref_of(2, DType::s64, Layout::contiguous({3}));
+  EXPECT_MSG(plan->can_implement(b), "index given but copy takes none");
+  b = a;
+  b.x.layout = strided({4, 8}, {int64_t{1} << 61, 1});
+  EXPECT_MSG(plan->can_implement(b), "footprint overflows");
+}
+
+TEST(IndexArgs, CatChecks) {
+  auto plan = IndexPlan::select(kTarget, IndexDesc::cat(DType::bf16, Shape::of({4, 10}), 1, 2));
+  ASSERT_TRUE(plan.ok());
+  std::vector<TensorRef> ins = {ref_of(0, DType::bf16, Layout::contiguous({4, 3})),
+                                ref_of(1, DType::bf16, Layout::contiguous({4, 7}))};
+  IndexArgs a;
+  a.inputs = ins;
+  a.out = mut_of(2, DType::bf16, Layout::contiguous({4, 10}));
+  EXPECT_TRUE(plan->can_implement(a).ok()) << plan->can_implement(a).message();
+  ins[1].layout = Layout::contiguous({4, 6});
+  EXPECT_MSG(plan->can_implement(a), "inputs' sizes along dim 1 sum to 9, expected 10");
+  ins[1].layout = Layout::contiguous({5, 7});
+  EXPECT_MSG(plan->can_implement(a), "cat: inputs[1] shape expected [4, 7], got [5, 7]");
+  ins[1].layout = Layout::contiguous({4, 7});
+  std::vector<TensorRef> one = {ins[0]};
+  a.inputs = one;
+  EXPECT_MSG(plan->can_implement(a), "inputs expected 2 tensors, got 1");
+  a.inputs = ins;
+  a.x = ins[0];
+  EXPECT_MSG(plan->can_implement(a), "x given but cat/stack read `inputs`");
+}
+
+TEST(IndexArgs, IndexChecks) {
+  auto plan = IndexPlan::select(kTarget, IndexDesc::index_select(DType::f32, DType::s32, Shape::of({10, 8}), 3, 0));
+  ASSERT_TRUE(plan.ok());
+  IndexArgs a;
+  a.x = ref_of(0, DType::f32, Layout::contiguous({10, 8}));
+  a.index = ref_of(1, DType::s32, Layout::contiguous({3}));
+  a.out = mut_of(2, DType::f32, Layout::contiguous({3, 8}));
+  a.error = mut_of(3, DType::s32, Layout::contiguous({1}));
+  EXPECT_TRUE(plan->can_implement(a).ok()) << plan->can_implement(a).message();
+  IndexArgs b = a;
+  b.index.dtype = DType::s64;
+  EXPECT_MSG(plan->can_implement(b), "index_select: index dtype expected int32, got int64");
+  b = a;
+  b.error.dtype = DType::f32;
+  EXPECT_MSG(plan->can_implement(b), "error flag expected a non-null int32 tensor of one element");
+  b = a;
+  b.error.data = fake_ptr(2, 4);
+  EXPECT_MSG(plan->can_implement(b), "error flag overlaps out");
+  b = a;
+  b.out.data = fake_ptr(0, 16);
+  EXPECT_MSG(plan->can_implement(b), "out overlaps x");
+  b = a;
+  b.error.data = fake_ptr(1, 8);
+  EXPECT_MSG(plan->can_implement(b), "error flag overlaps index");
+  b = a;
+  b.src = a.x;
+  EXPECT_MSG(plan->can_implement(b), "src given but index_select takes none");
+}
+
+TEST(IndexSelect, AssignPaths) {
+  const IndexDesc d = IndexDesc::index_copy(DType::bf16, DType::s32, Shape::of({10, 8}), Shape::of({30, 8}), 0);
+  auto plain = IndexPlan::select(kTarget, d);
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_FALSE(plain->sorted());
+  EXPECT_FALSE(plain->precision().deterministic);
+  PlanPreference det;
+  det.require_deterministic = true;
+  auto sorted = IndexPlan::select(kTarget, d, det);
+  ASSERT_TRUE(sorted.ok());
+  EXPECT_TRUE(sorted->sorted());
+  EXPECT_TRUE(sorted->precision().deterministic);
+  EXPECT_TRUE(contains_text(sorted->precision().note, "last duplicate"));
+  IndexArgs a;
+  a.x = ref_of(0, DType::bf16, Layout::contiguous({10, 8}));
+  a.src = ref_of(1, DType::bf16, Layout::contiguous({30, 8}));
+  a.index = ref_of(2, DType::s32, Layout::contiguous({30}));
+  a.out = mut_of(3, DType::bf16, Layout::contiguous({10, 8}));
+  EXPECT_TRUE(plain->can_implement(a).ok()) << plain->can_implement(a).message();
+  EXPECT_EQ(plain->layout_for(a), "scatter-copy");
+  EXPECT_EQ(sorted->layout_for(a), "scatter-sorted-copy");
+  // fp8 and complex move as bytes
+  EXPECT_TRUE(IndexPlan::select(kTarget, IndexDesc::scatter(DType::f8e4m3, DType::s64, Shape::of({4, 8}),
+                                                            Shape::of({4, 3}), Shape::of({4, 8}), 1))
+                  .ok());
+}
+
+TEST(IndexArgs, ScatterInPlace) {
+  const IndexDesc d = IndexDesc::index_add(DType::f32, DType::s64, Shape::of({10, 8}), Shape::of({3, 8}), 0);
+  auto plan = IndexPlan::select(kTarget, d);
+  ASSERT_TRUE(plan.ok());
+  IndexArgs a;
+  a.out = mut_of(0, DType::f32, Layout::contiguous({10, 8}));
+  a.x = a.out;  // self is the output: accumulates in place
+  a.src = ref_of(1, DType::f32, Layout::contiguous({3, 8}));
+  a.index = ref_of(2, DType::s64, Layout::contiguous({3}));
+  EXPECT_TRUE(plan->can_implement(a).ok()) << plan->can_implement(a).message();
+  IndexArgs b = a;
+  b.src = ref_of(0, DType::f32, Layout::contiguous({3, 8}));
+  EXPECT_MSG(plan->can_implement(b), "out overlaps src");
+  EXPECT_EQ(plan->layout_for(a), "scatter-atomic");
+}
+
+TEST(IndexRun, RefusalsBeforeLaunch) {
+  PlanPreference det;
+  det.require_deterministic = true;
+  const IndexDesc d = IndexDesc::index_add(DType::f32, DType::s64, Shape::of({10, 8}), Shape::of({3, 8}), 0);
+  auto plan = IndexPlan::select(kTarget, d, det);
+  ASSERT_TRUE(plan.ok());
+  IndexArgs a;
+  a.out = mut_of(0, DType::f32, Layout::contiguous({10, 8}));
+  a.x = ref_of(3, DType::f32, Layout::contiguous({10, 9}));  // wrong shape: can_implement first
+  a.src = ref_of(1, DType::f32, Layout::contiguous({3, 8}));
+  a.index = ref_of(2, DType::s64, Layout::contiguous({3}));
+  auto r = plan->run(nullptr, {}, a);
+  EXPECT_EQ(r.status(), Status::InvalidProblem);
+  EXPECT_MSG(r, "index_add: x shape expected [10, 8]");
+}
+
+// ---- what run() would launch ---------------------------------------------------------------------
+TEST(IndexLayout, CopyVariants) {
+  auto plan = IndexPlan::select(kTarget, IndexDesc::copy(DType::bf16, Shape::of({64, 128})));
+  ASSERT_TRUE(plan.ok());
+  IndexArgs a;
+  a.x = ref_of(0, DType::bf16, Layout::contiguous({64, 128}));
+  a.out = mut_of(1, DType::bf16, Layout::contiguous({64, 128}));
+  EXPECT_EQ(plan->layout_for(a), "strided-copy-16B-i32");  // merged to 1-d, widened to 8 x bf16
+  a.x.layout = strided({64, 128}, {1, 64});                // a transposed input: tiles of 2-element words
+  EXPECT_EQ(plan->layout_for(a), "tiled-transpose-2B-words");
+  a.x.data = fake_ptr(0, 2);  // words need 4-byte aligned pointers: element tiles
+  EXPECT_EQ(plan->layout_for(a), "tiled-transpose-2B");
+  a.x.data = fake_ptr(0);
+  a.x.layout = strided({64, 128}, {256, 2});  // every other element: no widening
+  EXPECT_EQ(plan->layout_for(a), "strided-copy-2B-i32");
+  a.x.layout = Layout::contiguous({64, 128});
+  a.x.data = fake_ptr(0, 2);  // misaligned by one element: no widening
+  EXPECT_EQ(plan->layout_for(a), "strided-copy-2B-i32");
+  a.x.data = fake_ptr(0, 4);  // 4-byte aligned: 4-byte words
+  EXPECT_EQ(plan->layout_for(a), "strided-copy-4B-i32");
+  a.x.data = fake_ptr(0);
+  a.x.layout = strided({64, 128}, {0, 1});  // expand of a row: stride 0 kept
+  EXPECT_EQ(plan->layout_for(a), "strided-copy-16B-i32");
+
+  PlanPreference nov;
+  nov.vectorized = Tristate::Forbid;
+  auto scalar = IndexPlan::select(kTarget, IndexDesc::copy(DType::bf16, Shape::of({64, 128})), nov);
+  a.x.layout = Layout::contiguous({64, 128});
+  EXPECT_EQ(scalar->layout_for(a), "strided-copy-2B-i32");
+  a.x.layout = strided({64, 128}, {1, 64});
+  EXPECT_EQ(scalar->layout_for(a), "tiled-transpose-2B");
+
+  auto big = IndexPlan::select(kTarget, IndexDesc::copy(DType::u8, Shape::of({int64_t{1} << 16, int64_t{1} << 16})));
+  IndexArgs b;
+  b.x = ref_of(0, DType::u8, strided({int64_t{1} << 16, int64_t{1} << 16}, {int64_t{1} << 16, 1}));
+  b.out = mut_of(1, DType::u8, strided({int64_t{1} << 16, int64_t{1} << 16}, {int64_t{1} << 16, 1}));
+  b.out.data = fake_ptr(5);
+  EXPECT_EQ(big->layout_for(b), "strided-copy-16B-i32");  // 2^32 bytes = 2^28 words
+  b.x.layout = strided({int64_t{1} << 16, int64_t{1} << 16}, {int64_t{1} << 17, 2});
+  EXPECT_EQ(big->layout_for(b), "strided-copy-1B-i64");
+}
+
+TEST(IndexLayout, MappedOps) {
+  const int64_t pads[] = {0, 0, 2, 3};
+  auto pad = IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::f32, Shape::of({4, 8}), pads, PadMode::reflect));
+  ASSERT_TRUE(pad.ok());
+  IndexArgs a;
+  a.x = ref_of(0, DType::f32, Layout::contiguous({4, 8}));
+  a.out = mut_of(1, DType::f32, Layout::contiguous({4, 13}));
+  EXPECT_TRUE(pad->can_implement(a).ok()) << pad->can_implement(a).message();
+  EXPECT_EQ(pad->layout_for(a), "mapped-copy-4B-i32");
+
+  // Constant padding of an outer dim keeps the contiguous inner rows widened.
+  const int64_t outer[] = {1, 1, 0, 0};
+  auto cpad =
+      IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::f32, Shape::of({4, 8}), outer, PadMode::constant, 1.5));
+  a.out = mut_of(1, DType::f32, Layout::contiguous({6, 8}));
+  EXPECT_EQ(cpad->layout_for(a), "mapped-copy-16B-i32");
+
+  auto tri = IndexPlan::select(kTarget, IndexDesc::triu(DType::f32, Shape::of({4, 8}), 1));
+  a.out = mut_of(1, DType::f32, Layout::contiguous({4, 8}));
+  EXPECT_EQ(tri->layout_for(a), "mapped-copy-4B-i32");
+
+  std::vector<TensorRef> ins = {ref_of(2, DType::f32, Layout::contiguous({4, 8})),
+                                ref_of(3, DType::f32, Layout::contiguous({4, 8}))};
+  auto st = IndexPlan::select(kTarget, IndexDesc::stack(DType::f32, Shape::of({4, 8}), 0, 2));
+  IndexArgs s;
+  s.inputs = ins;
+  s.out = mut_of(1, DType::f32, Layout::contiguous({2, 4, 8}));
+  EXPECT_TRUE(st->can_implement(s).ok()) << st->can_implement(s).message();
+  EXPECT_EQ(st->layout_for(s), "strided-copy-16B-i32");
+
+  const int64_t pb[] = {1, 1, 1, 1};
+  auto bw = IndexPlan::select(
+      kTarget, IndexDesc::pad_nd(DType::f32, Shape::of({4, 8}), pb, PadMode::replicate, 0, Direction::Backward));
+  ASSERT_TRUE(bw.ok()) << bw.message();
+  IndexArgs g;
+  g.x = ref_of(0, DType::f32, Layout::contiguous({6, 10}));  // grad of the padded output
+  g.out = mut_of(1, DType::f32, Layout::contiguous({4, 8}));
+  EXPECT_TRUE(bw->can_implement(g).ok()) << bw->can_implement(g).message();
+  EXPECT_EQ(bw->layout_for(g), "pad-backward");
+}
+
+TEST(IndexLayout, GatherWidening) {
+  auto emb = IndexPlan::select(kTarget, IndexDesc::embedding(DType::bf16, DType::s64, 1000, 4096, Shape::of({16, 8})));
+  ASSERT_TRUE(emb.ok());
+  IndexArgs a;
+  a.x = ref_of(0, DType::bf16, Layout::contiguous({1000, 4096}));
+  a.index = ref_of(1, DType::s64, Layout::contiguous({16, 8}));
+  a.out = mut_of(2, DType::bf16, Layout::contiguous({16, 8, 4096}));
+  EXPECT_TRUE(emb->can_implement(a).ok()) << emb->can_implement(a).message();
+  EXPECT_EQ(emb->layout_for(a), "gather-16B-i32");
+  auto odd = IndexPlan::select(kTarget, IndexDesc::embedding(DType::bf16, DType::s64, 1000, 7, Shape::of({16})));
+  IndexArgs b;
+  b.x = ref_of(0, DType::bf16, Layout::contiguous({1000, 7}));
+  b.index = ref_of(1, DType::s64, Layout::contiguous({16}));
+  b.out = mut_of(2, DType::bf16, Layout::contiguous({16, 7}));
+  EXPECT_EQ(odd->layout_for(b), "gather-2B-i32");
+  auto ga =
+      IndexPlan::select(kTarget, IndexDesc::gather(DType::f64, DType::s32, Shape::of({4, 8}), Shape::of({4, 3}), 1));
+  IndexArgs c;
+  c.x = ref_of(0, DType::f64, Layout::contiguous({4, 8}));
+  c.index = ref_of(1, DType::s32, Layout::contiguous({4, 3}));
+  c.out = mut_of(2, DType::f64, Layout::contiguous({4, 3}));
+  EXPECT_TRUE(ga->can_implement(c).ok()) << ga->can_implement(c).message();
+  EXPECT_EQ(ga->layout_for(c), "gather-8B-i32");
+}
+
+TEST(IndexLayout, EmptyTensors) {
+  auto plan = IndexPlan::select(kTarget, IndexDesc::copy(DType::f32, Shape::of({0, 8})));
+  ASSERT_TRUE(plan.ok());
+  IndexArgs a;
+  a.x = ref_of(0, DType::f32, Layout::contiguous({0, 8}));
+  a.out = mut_of(1, DType::f32, Layout::contiguous({0, 8}));
+  a.x.data = nullptr;
+  a.out.data = nullptr;
+  EXPECT_TRUE(plan->can_implement(a).ok()) << plan->can_implement(a).message();
+  EXPECT_EQ(plan->layout_for(a), "empty");
+  EXPECT_TRUE(plan->run(nullptr, {}, a).ok());  // nothing launched
+}
+
+}  // namespace
+}  // namespace baracuda
