@@ -14,34 +14,14 @@ BARACUDA_TEST_DEVICE=cpu (with a stand-in baracuda on PYTHONPATH) runs the harne
 it exists only to test the suite itself.
 """
 import math
-import os
 import warnings
 import zlib
 
 import pytest
 
-SKIP_MSG = "GPU tests need a CUDA GPU and torch: skipped"
-DEVICE = os.environ.get("BARACUDA_TEST_DEVICE", "cuda")
+from gpu_skip import DEVICE, skip_unless_ready  # noqa: E402
 
-
-def _probe():
-    try:
-        import torch
-    except Exception as e:  # ImportError, or a broken install
-        return f"import torch failed: {type(e).__name__}: {e}"
-    if DEVICE == "cuda" and not torch.cuda.is_available():
-        return "torch.cuda.is_available() is False"
-    try:
-        import baracuda  # noqa: F401
-        import baracuda.functional  # noqa: F401
-    except Exception as e:
-        return f"import baracuda failed: {type(e).__name__}: {e}"
-    return None
-
-
-_REASON = _probe()
-if _REASON:
-    pytest.skip(f"{SKIP_MSG} ({_REASON})", allow_module_level=True)
+skip_unless_ready()
 
 import torch  # noqa: E402
 import torch.nn.functional as tF  # noqa: E402

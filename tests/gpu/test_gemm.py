@@ -11,24 +11,9 @@ import math
 import pytest
 
 
-def _probe():
-    try:
-        import torch
-    except Exception as e:
-        return f"import torch failed: {type(e).__name__}: {e}"
-    if not torch.cuda.is_available():
-        return "torch.cuda.is_available() is False"
-    try:
-        import baracuda.functional  # noqa: F401
-        from baracuda import gemm  # noqa: F401
-    except Exception as e:
-        return f"import baracuda failed: {type(e).__name__}: {e}"
-    return None
+from gpu_skip import skip_unless_ready  # noqa: E402
 
-
-_REASON = _probe()
-if _REASON:
-    pytest.skip(f"GPU tests need a CUDA GPU and torch: skipped ({_REASON})", allow_module_level=True)
+skip_unless_ready('gemm')
 
 import torch  # noqa: E402
 import torch.nn.functional as tF  # noqa: E402

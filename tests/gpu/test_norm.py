@@ -13,27 +13,9 @@ import zlib
 import pytest
 
 
-def _probe():
-    try:
-        import torch
-    except Exception as e:
-        return f"import torch failed: {type(e).__name__}: {e}"
-    if not torch.cuda.is_available():
-        return "torch.cuda.is_available() is False"
-    try:
-        import baracuda  # noqa: F401
-        import baracuda.functional  # noqa: F401
-        from baracuda import _C
-        if not hasattr(_C, "norm_ops"):
-            return "baracuda._C has no norm bindings"
-    except Exception as e:
-        return f"import baracuda failed: {type(e).__name__}: {e}"
-    return None
+from gpu_skip import skip_unless_ready  # noqa: E402
 
-
-_REASON = _probe()
-if _REASON:
-    pytest.skip(f"GPU tests need a CUDA GPU and torch: skipped ({_REASON})", allow_module_level=True)
+skip_unless_ready('norm_ops')
 
 import torch  # noqa: E402
 import torch.nn.functional as tF  # noqa: E402
