@@ -452,10 +452,10 @@ def test_norm_poisoned_outputs(op, n):
     db = torch.full_like(b, nan) if b is not None else None
     bw = {"dy": torch.ones_like(x), "x": x, "mean": mean, "rstd": rstd, "weight": w, "out": dx, "dweight": dw,
           "dbias": db}
-    bw = {k: dl(v) for k, v in bw.items() if v is not None}
-    nws = _C.norm_workspace_size(op, True, bw, -1, 1, 1e-5)
+    bw = {k: v for k, v in bw.items() if v is not None}
+    nws = _C.norm_workspace_size(op, True, {k: dl(v) for k, v in bw.items()}, -1, 1, 1e-5)  # capsules: single use
     ws = torch.full((nws,), 255, dtype=torch.uint8, device=DEV)  # NaN-ish garbage in the partial sums
-    _C.norm(op, True, bw, -1, 1, 1e-5, stream, dl(ws))
+    _C.norm(op, True, {k: dl(v) for k, v in bw.items()}, -1, 1, 1e-5, stream, dl(ws))
     torch.cuda.synchronize()
     for name, t in (("y", y), ("mean", mean), ("rstd", rstd), ("dx", dx), ("dweight", dw), ("dbias", db)):
         if t is not None:
