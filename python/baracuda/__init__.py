@@ -1,10 +1,16 @@
 """baracuda: CUDA kernels with plans, SKUs and precision guarantees (contract: docs/python-api.md).
 
-``baracuda._C`` is the native module; ``baracuda.functional`` exposes every elementwise op under
-its torch name (it needs PyTorch only when an op is called).
+``baracuda._C`` is the native module; ``baracuda.functional`` exposes every family's ops under
+their torch names (it needs PyTorch only when an op is called).
 """
-from . import _C
-from . import functional
+# PyTorch first, when installed: _C links the system cuBLASLt, and with that loaded first a later
+# `import torch` (which brings its own pip-bundled cuBLAS) crashed (segfault, H100, torch 2.11).
+try:
+    import torch  # noqa: F401
+except ImportError:
+    pass
+from . import _C  # noqa: E402
+from . import functional  # noqa: E402
 
 __version__ = getattr(_C, "__version__", "0.1.0")
 
