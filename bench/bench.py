@@ -127,13 +127,16 @@ def env_info(baracuda=None, _C=None) -> dict:
             ver = version("baracuda")
         except Exception:
             ver = "unknown"
-    try:
-        sha = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        if sha:
-            ver = f"{ver} (git {sha})"
-    except Exception:
-        pass
+    # BARACUDA_GIT_SHA wins: a copy of the tree on a remote machine may carry a stale .git.
+    sha = os.environ.get("BARACUDA_GIT_SHA", "")
+    if not sha:
+        try:
+            sha = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True, timeout=10).stdout.strip()
+        except Exception:
+            sha = ""
+    if sha:
+        ver = f"{ver} (git {sha})"
     info["baracuda"] = ver
     return info
 
