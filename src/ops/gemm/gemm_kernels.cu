@@ -57,18 +57,30 @@ __device__ __forceinline__ F act_grad(GemmActivation a, F x) {
 
 // ---- small-M GEMM ---------------------------------------------------------------------------------
 // One tensor-core tile mma.m16n8k16 (f32 accumulate) covers all m <= 16 rows of A (rows past m
-// are zeros that cost no memory traffic) against 8 weight columns. A block's 8 warps own the same
-// 8 columns and split K in 32-wide chunks; per chunk each lane loads ONE 16-byte vector of the
-// weight (column g = lane/4, k = 8q..8q+7 with q = lane%4) and the matching 16-byte vectors of
-// A rows g and g+8, then issues two MMAs. The k order inside a chunk is permuted so that those
-// 16-byte vectors ARE the MMA fragments (the sum over k does not care about order, as long as A
-// and B agree): logical k {2q, 2q+1} of half t maps to physical 8q+4t+{0,1}, {2q+8, 2q+9} to
-// 8q+4t+{2,3}. The weight is read once with streaming loads; warps are reduced in a fixed
-// order through shared memory: deterministic, and independent of the device.
+// are zeros that cost no memory traffic) against 8 weight columns; a warp holds kNT such tiles
+// (8 * kNT columns), so every A fragment it loads serves kNT weight tiles. A block's 8 warps own
+// the same columns and split K in 64-wide chunks (chunk c -> warp c % 8, so at any time the
+// block's warps read neighbouring 128-byte lines of each weight row). Per chunk, lane (g, q) =
+// (lane / 4, lane % 4) loads the 16-byte vectors q and q + 4 of each of its weight columns (one
+// load instruction = 64 contiguous bytes per column, the two = the column's full 128-byte line)
+// and the matching vectors of A rows g and g+8, then issues 4 MMAs per tile. The k order inside
+// each 32-wide half of a chunk is permuted so that those 16-byte vectors ARE the MMA fragments
+// (the sum over k does not care about the order, as long as A and B agree, and the physical k
+// of a fragment depends on q only, never on g): in half s, k-step t, logical k {2q, 2q+1} maps
+// to physical 32s+8q+4t+{0,1} and {2q+8, 2q+9} to 32s+8q+4t+{2,3}.
+// Latency: the weight is streamed through a register ring kDepth chunks deep per warp (refilled
+// as soon as a chunk is consumed, so kDepth * kNT KiB per warp stay in flight: 48 KiB per
+// block, 96 KiB per SM at 2 blocks per SM), and A (L1/L2 resident) is fetched one chunk ahead.
+// The weight loads skip L1 (L1::no_allocate, leaving L1 to A) and are evict-first in L2.
+// Warps are reduced in a fixed order through shared memory: deterministic, independent of the
+// device and of kNT (the per-column sequence of MMAs is the same for both tile counts).
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kCols = 8;    // output columns per block (the MMA's n)
-constexpr int kUnroll = 4;  // chunks in flight per warp
+constexpr int kCols = 8;    // output columns per MMA tile (the MMA's n)
+constexpr int kChunkV = 8;  // 16-byte vectors per row in a 64-wide k chunk (2 per lane: q, q + 4)
+constexpr int kHalfV = 4;   // offset of a lane's second vector
+template <int NT>
+constexpr int kDepth = NT == 1 ? 6 : 3;  // chunks in flight per warp (same register budget)
 
 template <class T>
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -88,50 +100,149 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
   }
 }
 
-template <class T>
-__global__ void __launch_bounds__(kThreads) small_m_kernel(SmallMParams p) {
-  __shared__ float part[kWarps][32][4];
+/// L2 policy for data read once: evict first (what ld.global.cs gives, but combinable with
+/// L1::no_allocate below).
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+
+/// 16-byte read-only load of data read once: skips L1 (left to A), evict-first in L2; zeros
+/// when !pred.
+__device__ __forceinline__ uint4 ld_stream(const uint4* ptr, bool pred, uint64_t pol) {
+  uint4 r;
+  asm volatile(
+      "{\n"
+      "  .reg .pred p;\n"
+      "  setp.ne.b32 p, %5, 0;\n"
+      "  mov.b32 %0, 0;\n"
+      "  mov.b32 %1, 0;\n"
+      "  mov.b32 %2, 0;\n"
+      "  mov.b32 %3, 0;\n"
+      "  @p ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %6;\n"
+      "}\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(ptr), "r"(static_cast<int>(pred)), "l"(pol));
+  return r;
+}
+
+template <class T, int NT>
+__global__ void __launch_bounds__(kThreads, 2) small_m_kernel(SmallMParams p) {
+  constexpr int D = kDepth<NT>;
+  constexpr int kBlockCols = kCols * NT;
+  constexpr int kStepV = kWarps * kChunkV;  // vectors between a warp's chunks
+  __shared__ float part[kWarps][NT][32][4];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, q = lane & 3;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols;
-  const int64_t kv = p.k / 8;                              // 16-byte vectors per row
-  const int64_t chunks = (p.k + 31) / 32;                  // 32-wide k chunks
-  const int64_t n_load = n0 + g < p.n ? n0 + g : p.n - 1;  // clamped: read, never written
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockCols;
+  // Vector (16-byte) indices along K fit in int: the plan caps k at 2^31 - 1 elements.
+  const int kv = static_cast<int>(p.k / 8);                                   // 16-byte vectors per row
+  const int chunks = (kv + kChunkV - 1) / kChunkV;                            // 64-wide k chunks
+  const int cnt = chunks > warp ? (chunks - warp + kWarps - 1) / kWarps : 0;  // this warp's
+  // The warp visits its chunks warp + 8 j in the rotated order j = (i + rot) % cnt, rot taken
+  // from the 16-column group (the same for kNT = 1 and 2): blocks running side by side then read
+  // different k ranges (spreading the weight stream over DRAM channels and the A reads over L2
+  // slices) instead of all starting at k = 0. A fixed function of the column: still deterministic.
+  const int rot = cnt > 0 ? static_cast<int>((n0 / 16) % cnt) : 0;
   const bool row_lo = g < p.m, row_hi = g + 8 < p.m;
+  const int v_base = warp * kChunkV + q;  // this lane's first vector
+  const uint64_t pol = evict_first_policy();
+  // Vector offset (from v_base) of the warp's i-th visited chunk, and whether its slot s is in K.
+  auto chunk_off = [&](int i) -> int {
+    int j = i + rot;
+    if (j >= cnt) j -= cnt;
+    return j * kStepV;
+  };
+  auto in_k = [&](int i, int off, int s) { return i < cnt && v_base + off + s * kHalfV < kv; };
   for (int64_t bt = blockIdx.y; bt < p.batch; bt += gridDim.y) {
-    const uint4* W = reinterpret_cast<const uint4*>(static_cast<const T*>(p.b) + bt * p.b_batch + n_load * p.b_col);
+    const T* Wb = static_cast<const T*>(p.b) + bt * p.b_batch;
+    const uint4* W[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int64_t n = n0 + j * kCols + g;
+      // Columns past n are clamped: read, never written.
+      W[j] = reinterpret_cast<const uint4*>(Wb + (n < p.n ? n : p.n - 1) * p.b_col) + v_base;
+    }
     const T* A = static_cast<const T*>(p.a) + bt * p.a_batch;
-    const uint4* A_lo = reinterpret_cast<const uint4*>(A + (row_lo ? g : 0) * p.a_row);
-    const uint4* A_hi = reinterpret_cast<const uint4*>(A + (row_hi ? g + 8 : 0) * p.a_row);
-    float c[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int64_t ch0 = warp; ch0 < chunks; ch0 += int64_t(kWarps) * kUnroll) {
-      uint4 w[kUnroll], lo[kUnroll], hi[kUnroll];
+    const uint4* A_lo = reinterpret_cast<const uint4*>(A + (row_lo ? g : 0) * p.a_row) + v_base;
+    const uint4* A_hi = reinterpret_cast<const uint4*>(A + (row_hi ? g + 8 : 0) * p.a_row) + v_base;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+
+    uint4 wb[D][NT][2];  // weight ring: the i-th visited chunk lives in slot i % D
+    uint4 a_cur[2][2];   // [lo/hi][s] of the chunk being multiplied
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {  // all loads first: kUnroll weight vectors in flight
-        const int64_t v = (ch0 + int64_t(u) * kWarps) * 4 + q;
-        const bool ok = v < kv;
-        w[u] = ok ? __ldcs(W + v) : make_uint4(0, 0, 0, 0);
-        lo[u] = ok && row_lo ? __ldg(A_lo + v) : make_uint4(0, 0, 0, 0);
-        hi[u] = ok && row_hi ? __ldg(A_hi + v) : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < D; ++u) {
+      const int off = chunk_off(u);
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const bool ok = in_k(u, off, s);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) wb[u][j][s] = ld_stream(W[j] + off + s * kHalfV, ok, pol);
       }
+    }
+    {
+      const int off = chunk_off(0);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        mma16816<T>(c, lo[u].x, hi[u].x, lo[u].y, hi[u].y, w[u].x, w[u].y);  // half t = 0
-        mma16816<T>(c, lo[u].z, hi[u].z, lo[u].w, hi[u].w, w[u].z, w[u].w);  // half t = 1
+      for (int s = 0; s < 2; ++s) {
+        const bool ok = in_k(0, off, s);
+        a_cur[0][s] = ok && row_lo ? __ldg(A_lo + off + s * kHalfV) : zero;
+        a_cur[1][s] = ok && row_hi ? __ldg(A_hi + off + s * kHalfV) : zero;
+      }
+    }
+
+    float c[NT][4] = {};
+    for (int i0 = 0; i0 < cnt; i0 += D) {
+#pragma unroll
+      for (int u = 0; u < D; ++u) {
+        const int i = i0 + u;
+        if (i < cnt) {  // warp-uniform (mma.sync needs the whole warp)
+          // A one chunk ahead (L1/L2 hits: their latency hides behind the weight ring).
+          uint4 a_nxt[2][2];
+          const int offa = chunk_off(i + 1);
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {
+            const bool ok = in_k(i + 1, offa, s);
+            a_nxt[0][s] = ok && row_lo ? __ldg(A_lo + offa + s * kHalfV) : zero;
+            a_nxt[1][s] = ok && row_hi ? __ldg(A_hi + offa + s * kHalfV) : zero;
+          }
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+              const uint4 &lo = a_cur[0][s], &hi = a_cur[1][s], &w = wb[u][j][s];
+              mma16816<T>(c[j], lo.x, hi.x, lo.y, hi.y, w.x, w.y);  // half s, k-step 0
+              mma16816<T>(c[j], lo.z, hi.z, lo.w, hi.w, w.z, w.w);  // half s, k-step 1
+            }
+          // Refill the slot just consumed with the chunk D visits ahead.
+          const int offw = chunk_off(i + D);
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {
+            const bool ok = in_k(i + D, offw, s);
+#pragma unroll
+            for (int j = 0; j < NT; ++j) wb[u][j][s] = ld_stream(W[j] + offw + s * kHalfV, ok, pol);
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int s = 0; s < 2; ++s) a_cur[h][s] = a_nxt[h][s];
+        }
       }
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) part[warp][lane][i] = c[i];
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) part[warp][j][lane][e] = c[j][e];
     __syncthreads();
-    if (tid < 16 * kCols) {
-      // Output (row r, column j) sits in lane (r % 8) * 4 + j / 2, slot (r / 8) * 2 + j % 2.
-      const int r = tid / kCols, j = tid % kCols;
-      const int src = (r % 8) * 4 + j / 2, slot = (r / 8) * 2 + j % 2;
-      const int64_t n = n0 + j;
+    for (int t = tid; t < 16 * kBlockCols; t += kThreads) {
+      // Output (row r, column jc of tile j) sits in lane (r % 8) * 4 + jc / 2, slot (r / 8) * 2 + jc % 2.
+      const int r = t / kBlockCols, col = t % kBlockCols, j = col / kCols, jc = col % kCols;
+      const int src = (r % 8) * 4 + jc / 2, slot = (r / 8) * 2 + jc % 2;
+      const int64_t n = n0 + col;
       if (r < p.m && n < p.n) {
         float s = 0.f;
 #pragma unroll
-        for (int w8 = 0; w8 < kWarps; ++w8) s += part[w8][src][slot];  // fixed order
+        for (int w8 = 0; w8 < kWarps; ++w8) s += part[w8][j][src][slot];  // fixed order
         float z = p.alpha * s;
         if (p.c)
           z += p.beta * load_as_opmath(static_cast<const T*>(p.c)[bt * p.cs.batch + r * p.cs.row + n * p.cs.col]);
@@ -144,12 +255,26 @@ __global__ void __launch_bounds__(kThreads) small_m_kernel(SmallMParams p) {
   }
 }
 
+template <class T, int NT>
+cudaError_t small_m_launch(const SmallMParams& p, cudaStream_t s) {
+  constexpr int64_t cols = kCols * NT;
+  const dim3 grid(static_cast<unsigned>((p.n + cols - 1) / cols),
+                  static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535));
+  small_m_kernel<T, NT><<<grid, kThreads, 0, s>>>(p);
+  return cudaGetLastError();
+}
+
+// Two column tiles per warp (half the A traffic per weight byte) when that still gives every SM
+// a block; one otherwise (twice the blocks for narrow weights). The result is the same bits
+// either way, so the device-dependent choice keeps the kernel bit-stable.
 template <class T>
 cudaError_t small_m_for(const SmallMParams& p, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((p.n + kCols - 1) / kCols),
-                  static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535));
-  small_m_kernel<T><<<grid, kThreads, 0, s>>>(p);
-  return cudaGetLastError();
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    sms = 132;
+  const int64_t blocks2 = (p.n + 2 * kCols - 1) / (2 * kCols) * p.batch;
+  return blocks2 >= sms ? small_m_launch<T, 2>(p, s) : small_m_launch<T, 1>(p, s);
 }
 
 // ---- grouped GEMM -------------------------------------------------------------------------------------

@@ -49,6 +49,23 @@ __device__ __forceinline__ float bsqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double bsqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float bmax(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double bmax(double a, double b) { return fmax(a, b); }
+/// exp(x - m) for the softmax forward. kFast (f16/bf16 storage): __expf(d) = ex2.approx.ftz(d *
+/// log2e), i.e. FMUL + MUFU.EX2 (max error 2 + 1.17|d| ulp of f32, ~1e-5 relative at |d| = 100,
+/// where the result is already < 1e-43 of the row max's term), instead of expf's accurate
+/// range-reduction sequence (~10 instructions). The softmax forward takes two exps an element
+/// (sum and output): with expf it was bound by instruction issue, not memory (bf16
+/// [16384, 4096] at 36% of copy bandwidth while normalize, same bytes, reached 89%). The error is
+/// far below the half-ulp of a 16-bit output (2^-9 bf16, 2^-12 f16); ftz only drops terms below
+/// 2^-126, under any tolerance's atol. The subtraction stays first (not fma(x, log2e, -max *
+/// log2e)) so a max near FLT_MAX cannot overflow when pre-scaled. f32/f64 outputs keep expf/exp
+/// (f32's rtol is ~1e-6).
+template <bool kFast, class M>
+__device__ __forceinline__ M sm_exp(M d) {
+  if constexpr (kFast && sizeof(M) == 4)
+    return __expf(d);
+  else
+    return bexp(d);
+}
 template <class M>
 __device__ __forceinline__ M neg_inf() {
   return -cuda::std::numeric_limits<M>::infinity();
@@ -60,7 +77,8 @@ __device__ __forceinline__ M neg_inf() {
 // valid items of a chunk), finish (turn a reduced pass into row values), out (an element).
 
 /// softmax / log_softmax forward: one pass of (max, sum of exp(x - max)), merged online.
-template <bool kLog>
+/// kFast: the storage type is 16-bit, so exp takes the __expf path (see sm_exp).
+template <bool kLog, bool kFast = false>
 struct SoftmaxFw {
   static constexpr NormOp kOp = kLog ? NormOp::log_softmax : NormOp::softmax;
   static constexpr Direction kDir = Direction::Forward;
@@ -76,7 +94,7 @@ struct SoftmaxFw {
   __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
     const M m = bmax(x.a, y.a);
     if (m == neg_inf<M>()) return {m, x.b + y.b};
-    return {m, x.b * bexp(x.a - m) + y.b * bexp(y.a - m)};
+    return {m, x.b * sm_exp<kFast>(x.a - m) + y.b * sm_exp<kFast>(y.a - m)};
   }
   template <class M, int K, int V>
   __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
@@ -89,7 +107,7 @@ struct SoftmaxFw {
     if (m != neg_inf<M>()) {  // else every valid item is -inf (or there are none): no mass here
 #pragma unroll
       for (int i = 0; i < K; ++i)
-        if (ok[i / V]) s += bexp(v[0][i] - m);
+        if (ok[i / V]) s += sm_exp<kFast>(v[0][i] - m);
     }
     return {m, s};
   }
@@ -104,7 +122,7 @@ struct SoftmaxFw {
       return (x[0] - st.mean) - st.rstd;
     } else {
       if (st.c1 != M(0) && st.mean == neg_inf<M>()) return M(0);  // a boolean mask excluded the whole row
-      return bexp(x[0] - st.mean) * st.rstd;
+      return sm_exp<kFast>(x[0] - st.mean) * st.rstd;
     }
   }
   template <class M>
@@ -445,6 +463,43 @@ __device__ __forceinline__ void store_elems(T* p, int64_t off, const M* src) {
     *reinterpret_cast<Vec*>(p + off) = x;
   }
 }
+/// Packed rows: two 16-bit elements a 32-bit word, element 2k in the low half (the order of a
+/// vector load). Widening is exact and cheap: bf16 is the high half of an f32 (one shift or
+/// mask), f16 one conversion of the selected half. Held as 32-bit words so that two elements
+/// share a register whatever ptxas does with 16-bit variables.
+template <class T>
+__device__ __forceinline__ float widen_half(uint32_t w, int hi) {
+  if constexpr (cuda::std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(hi ? (w & 0xffff0000u) : (w << 16));
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(hi ? (w >> 16) : (w & 0xffffu))));
+  }
+}
+/// (lo, hi) rounded to T (round to nearest even, as convert<T>) and packed.
+template <class T>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  uint32_t w;
+  if constexpr (cuda::std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    memcpy(&w, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    memcpy(&w, &h, 4);
+  }
+  return w;
+}
+/// One 16-byte vector of T as kW = 4 words (aligned: the vectorized variant only).
+template <int kW, class T>
+__device__ __forceinline__ void load_words(const T* p, int64_t off, uint32_t* dst) {
+  static_assert(kW == 4, "one 16-byte vector");
+  const uint4 x = *reinterpret_cast<const uint4*>(p + off);
+  dst[0] = x.x, dst[1] = x.y, dst[2] = x.z, dst[3] = x.w;
+}
+template <int kW, class T>
+__device__ __forceinline__ void store_words(T* p, int64_t off, const uint32_t* src) {
+  static_assert(kW == 4, "one 16-byte vector");
+  *reinterpret_cast<uint4*>(p + off) = make_uint4(src[0], src[1], src[2], src[3]);
+}
 /// kV parameters of storage type W at column j (dense; 16-byte aligned base when kV > 1).
 template <int kV, class W, class M>
 __device__ __forceinline__ void load_params_as(const void* base, int64_t j, M* dst) {
@@ -505,8 +560,46 @@ __device__ __forceinline__ Acc<M> group_reduce(Acc<M> v, int tpr, Acc<M>* smem) 
 }
 
 // ---- the kernel ------------------------------------------------------------------------------------
+/// One pass of Op over this thread's loaded values. Packed rows widen to M here, at the use (one
+/// shift / conversion an element), so no f32 copy of the row is live as a whole.
+template <class Op, class M, int kItems, int kV, bool kPacked, class T, class R, int kSt>
+__device__ __forceinline__ Acc<M> reduce_loaded(int pass, const R (&v)[Op::kIn][kSt], const bool (&ok)[kItems / kV],
+                                                const M (&w)[kItems], const St<M>& st) {
+  if constexpr (kPacked) {
+    M u[Op::kIn][kItems];
+#pragma unroll
+    for (int t = 0; t < Op::kIn; ++t)
+#pragma unroll
+      for (int i = 0; i < kItems; ++i) u[t][i] = widen_half<T>(v[t][i / 2], i & 1);
+    return Op::template thread_pass<M, kItems, kV>(pass, u, ok, w, st);
+  } else {
+    return Op::template thread_pass<M, kItems, kV>(pass, v, ok, w, st);
+  }
+}
+
+/// Register cap: __launch_bounds__' minimum CTAs of 512 threads an SM (2 -> 64 registers a
+/// thread; 0 = no minimum, i.e. the 128 that 512 threads allow; note 1 is not the same as 0: it
+/// emits .minnctapersm and ptxas then allocates differently, +20 registers on some backward
+/// kernels). The row lives in registers and a CTA issues all its loads before its first
+/// reduction, so the bytes in flight per SM are (resident threads x items x element size), and
+/// registers decide the resident threads. A 16-bit row of 4096 is only 8 KB: at its 128-thread
+/// CTAs, 102-107 registers left 4 CTAs (16 warps, 32 KB) an SM and softmax / layer_norm forward
+/// at 36-50% of copy bandwidth, while normalize at 63 registers had 8 CTAs (64 KB) and reached
+/// 89%. So the big vectorized 16-bit forward is held to 64 registers (8 CTAs of 128; 2 of 512
+/// for long rows, where it was 1): with packed rows (kPacked) it fits without spills except
+/// bf16 layer_norm (16 bytes) and f16 log_softmax (4 bytes). f16 layer_norm is left uncapped:
+/// at 64 it spills ~250 bytes a thread (bf16 only 16; the cause was not pinned down).
+/// f32/f64 rows are 2-4x the bytes, so 4 CTAs already keep >= 64 KB in flight: no cap (a cap
+/// spilled there). The backward is bound by its f32 parameter-gradient sums: no cap either.
+/// Checked with -Xptxas -v for every instantiation.
 template <class T, class Op, int kItems, int kV>
-__global__ void __launch_bounds__(512) row_kernel(const NormLaunch p) {
+constexpr int norm_min_ctas() {
+  if (sizeof(T) != 2 || kV == 1 || kItems <= kV || Op::kDir != Direction::Forward) return 0;
+  if (Op::kOp == NormOp::layer_norm && cuda::std::is_same_v<T, __half>) return 0;
+  return 2;
+}
+template <class T, class Op, int kItems, int kV>
+__global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_kernel(const NormLaunch p) {
   using M = opmath_t<T>;
   constexpr int kC = kItems / kV;
   constexpr int kIn = Op::kIn;
@@ -535,6 +628,29 @@ __global__ void __launch_bounds__(512) row_kernel(const NormLaunch p) {
   // layer_norm reserves a second workspace half for dbias; rms_norm has none.
   M* part_b = (Op::kOp == NormOp::layer_norm && part_w) ? part_w + int64_t(p.slots) * n : nullptr;
 
+  // Column offset in tensor slot t. The vectorized variant is only planned for unit reduced
+  // stride (plan.cpp: geometry), so it uses j directly: no 64-bit multiply per vector and no
+  // column strides held in registers (they count against the register cap, norm_min_ctas).
+  auto cs = [&](int t, int64_t j) -> int64_t {
+    if constexpr (kV > 1)
+      return j;
+    else
+      return j * p.col_stride[t];
+  };
+
+  // Packed rows: f16/bf16 rows stay in registers as loaded (two elements a register) and widen
+  // to f32 at each use, halving the registers the row takes (32 items: 16 instead of 32). Those
+  // registers bound the rows resident per SM and so the bytes in flight (norm_min_ctas). Lossless:
+  // every held value is a T (loaded, or x + residual already rounded to T); only the softmax
+  // forward, whose additive mask is added in f32, keeps f32 rows.
+  // Forward only: the backward's occupancy is bound by its f32 parameter-gradient sums and
+  // weight (packing left layer/rms_norm at 2 CTAs of 256 and cost softmax/normalize backward a
+  // few registers, 4 -> 3 CTAs).
+  constexpr bool kPacked =
+      sizeof(T) == 2 && sizeof(M) == 4 && kV == 8 && !Op::kMaskable && Op::kDir == Direction::Forward;
+  constexpr int kSt = kPacked ? kItems / 2 : kItems;  // storage slots a thread and input
+  using R = cuda::std::conditional_t<kPacked, uint32_t, M>;
+
   M gw[kItems], gb[kItems];  // this thread's parameter-gradient sums (register-resident rows)
 #pragma unroll
   for (int i = 0; i < kItems; ++i) gw[i] = gb[i] = M(0);
@@ -551,7 +667,7 @@ __global__ void __launch_bounds__(512) row_kernel(const NormLaunch p) {
       if (Op::kLoadRstd) st.rstd = static_cast<const M*>(p.rstd_in)[row];
     }
     if (masked && p.mask_kind == NormMask::boolean) st.c1 = M(1);  // fully excluded rows give zeros
-    M v[kIn][kItems];
+    R v[kIn][kSt];  // the row (or chunk); two elements a word where kPacked
     M w[kItems];  // weight of the loaded chunk where the reduction needs it (backward), else 1
     bool ok[kC];
 
@@ -563,20 +679,40 @@ __global__ void __launch_bounds__(512) row_kernel(const NormLaunch p) {
       for (int c = 0; c < kC; ++c) {
         const int64_t j0 = cb + (int64_t(lane) + int64_t(c) * tpr) * kV;
         ok[c] = active && j0 < n;
-        M* dst0 = &v[0][c * kV];
         if (ok[c]) {
+         if constexpr (kPacked) {  // raw vectors; masks never apply (kPacked excludes them)
+          constexpr int kW = kV / 2;
+          uint32_t* dst0 = &v[0][c * kW];
           if (residual && !first_load) {
-            load_elems<kV>(out1, base[detail::kOut1] + j0 * p.col_stride[detail::kOut1], dst0);
+            load_words<kW>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
           } else {
-            load_elems<kV>(in0, base[detail::kIn0] + j0 * p.col_stride[detail::kIn0], dst0);
+            load_words<kW>(in0, base[detail::kIn0] + cs(detail::kIn0, j0), dst0);
+            if (kIn == 2) {
+              load_words<kW>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), &v[kIn - 1][c * kW]);
+            } else if (residual) {  // the same f32 add and rounding to T as the unpacked path
+              uint32_t r[kW];
+              load_words<kW>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), r);
+#pragma unroll
+              for (int q = 0; q < kW; ++q)
+                dst0[q] = pack_pair<T>(widen_half<T>(dst0[q], 0) + widen_half<T>(r[q], 0),
+                                       widen_half<T>(dst0[q], 1) + widen_half<T>(r[q], 1));
+              if (out1) store_words<kW>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
+            }
+          }
+         } else {
+          M* dst0 = &v[0][c * kV];
+          if (residual && !first_load) {
+            load_elems<kV>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
+          } else {
+            load_elems<kV>(in0, base[detail::kIn0] + cs(detail::kIn0, j0), dst0);
             if (kIn == 2 || residual) {
               M r[kV];
-              load_elems<kV>(in1, base[detail::kIn1] + j0 * p.col_stride[detail::kIn1],
+              load_elems<kV>(in1, base[detail::kIn1] + cs(detail::kIn1, j0),
                              kIn == 2 ? &v[kIn - 1][c * kV] : r);
               if (residual) {
 #pragma unroll
                 for (int e = 0; e < kV; ++e) dst0[e] = static_cast<M>(load_as_opmath(convert<T>(dst0[e] + r[e])));
-                if (out1) store_elems<kV>(out1, base[detail::kOut1] + j0 * p.col_stride[detail::kOut1], dst0);
+                if (out1) store_elems<kV>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
               }
             }
           }
@@ -591,6 +727,7 @@ __global__ void __launch_bounds__(512) row_kernel(const NormLaunch p) {
               }
             }
           }
+         }
           if (has_w && kWInReduce) load_params<kV, T>(p.weight, p.param_f32, j0, &w[c * kV]);
         }
         if (!ok[c] || !has_w || !kWInReduce) {
@@ -622,7 +759,12 @@ __global__ void __launch_bounds__(512) row_kernel(const NormLaunch p) {
           const int i = c * kV + e;
           M x[kIn];
 #pragma unroll
-          for (int t = 0; t < kIn; ++t) x[t] = v[t][i];
+          for (int t = 0; t < kIn; ++t) {
+            if constexpr (kPacked)
+              x[t] = widen_half<T>(v[t][i / 2], i & 1);
+            else
+              x[t] = v[t][i];
+          }
           o[e] = Op::out(x, wv[e], bv[e], st);
           if (pgrad) {
             if (cached) {
@@ -636,7 +778,7 @@ __global__ void __launch_bounds__(512) row_kernel(const NormLaunch p) {
             }
           }
         }
-        store_elems<kV>(out0, base[detail::kOut0] + j0 * p.col_stride[detail::kOut0], o);
+        store_elems<kV>(out0, base[detail::kOut0] + cs(detail::kOut0, j0), o);
       }
     };
 
@@ -645,11 +787,11 @@ __global__ void __launch_bounds__(512) row_kernel(const NormLaunch p) {
     for (int pass = 0; pass < Op::kPasses; ++pass) {
       Acc<M> acc = Op::template identity<M>();
       if (cached) {
-        acc = Op::template thread_pass<M, kItems, kV>(pass, v, ok, w, st);
+        acc = reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st);
       } else {
         for (int64_t cb = 0; cb < n; cb += chunk) {
           load(cb, pass == 0);
-          acc = Op::merge(acc, Op::template thread_pass<M, kItems, kV>(pass, v, ok, w, st));
+          acc = Op::merge(acc, reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st));
         }
       }
       acc = group_reduce<Op>(acc, tpr, red);
@@ -768,9 +910,9 @@ cudaError_t norm_launch(const NormLaunch& p, cudaStream_t stream) {
   if constexpr (Dir == Direction::Forward) {
     switch (p.op) {
       case NormOp::softmax:
-        return k::launch_rows<T, k::SoftmaxFw<false>>(p, stream);
+        return k::launch_rows<T, k::SoftmaxFw<false, sizeof(T) == 2>>(p, stream);
       case NormOp::log_softmax:
-        return k::launch_rows<T, k::SoftmaxFw<true>>(p, stream);
+        return k::launch_rows<T, k::SoftmaxFw<true, sizeof(T) == 2>>(p, stream);
       case NormOp::layer_norm:
         return k::launch_rows<T, k::LayerNormFw>(p, stream);
       case NormOp::rms_norm:
