@@ -120,13 +120,6 @@ const char* bw_rule(BackwardNeeds b) {
   }
   return "?";
 }
-nb::list dtype_names(DTypeSet s) {
-  nb::list l;
-  for (int i = 0; i < kNumDTypes; ++i)
-    if (contains(s, static_cast<DType>(i))) l.append(std::string(name(static_cast<DType>(i))));
-  return l;
-}
-
 nb::list ops() {
   nb::list rows;
   for (const auto& r : elementwise_ops()) {

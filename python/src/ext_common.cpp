@@ -102,6 +102,13 @@ Target target_for(int device) {
 }
 
 
+nb::list dtype_names(DTypeSet s) {
+  nb::list l;
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (contains(s, static_cast<DType>(i))) l.append(std::string(name(static_cast<DType>(i))));
+  return l;
+}
+
 namespace {
 std::vector<BindFn>& binders() {
   static std::vector<BindFn> b;  // function-local: registrars in other TUs may run first

@@ -45,6 +45,9 @@ struct DeviceGuard {
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 };
 
+/// Names of the dtypes in `s`, in enum order (the op tables' dtype columns).
+nb::list dtype_names(DTypeSet s);
+
 /// The Target of CUDA device `device` (cached per thread); Target::offline() without a GPU.
 Target target_for(int device);
 

@@ -169,13 +169,6 @@ PlanPreference pref_of(bool deterministic, bool vectorized) {
   return p;
 }
 
-nb::list dtype_names(DTypeSet s) {
-  nb::list l;
-  for (int i = 0; i < kNumDTypes; ++i)
-    if (contains(s, static_cast<DType>(i))) l.append(std::string(name(static_cast<DType>(i))));
-  return l;
-}
-
 nb::list index_ops_rows() {
   nb::list rows;
   for (const auto& r : index_ops()) {

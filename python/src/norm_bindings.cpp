@@ -111,13 +111,6 @@ PlanPreference pref_of(bool vectorized) {
   return p;
 }
 
-nb::list dtype_names(DTypeSet s) {
-  nb::list l;
-  for (int i = 0; i < kNumDTypes; ++i)
-    if (contains(s, static_cast<DType>(i))) l.append(std::string(name(static_cast<DType>(i))));
-  return l;
-}
-
 nb::list norm_ops_rows() {
   nb::list rows;
   for (const auto& r : norm_ops()) {
