@@ -213,13 +213,8 @@ NB_MODULE(_C, m) {
       [](const std::string& op, bool backward, std::vector<nb::object> inputs, std::vector<nb::object> outputs, std::vector<double> params,
          uintptr_t stream, nb::object workspace) {
         Call c = make_call(op, backward, inputs, outputs, params);
-        Workspace ws{};
         View wsv;
-        if (!workspace.is_none()) {
-          wsv = to_view(c.name, workspace, "workspace", 0, true);
-          ws.ptr = wsv.t.data;
-          ws.bytes = static_cast<size_t>(wsv.t.numel()) * static_cast<size_t>(size_in_bytes(wsv.t.dtype));
-        }
+        const Workspace ws = workspace_of(c.name, workspace, wsv);
         Result<void> r;
         {
           nb::gil_scoped_release release;

@@ -102,6 +102,12 @@ Target target_for(int device) {
 }
 
 
+Workspace workspace_of(const std::string& op, nb::handle obj, View& keep) {
+  if (obj.is_none()) return {};
+  keep = to_view(op, obj, "workspace", 0, true);
+  return {keep.t.data, static_cast<size_t>(keep.t.numel()) * static_cast<size_t>(size_in_bytes(keep.t.dtype))};
+}
+
 nb::list dtype_names(DTypeSet s) {
   nb::list l;
   for (int i = 0; i < kNumDTypes; ++i)

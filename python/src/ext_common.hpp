@@ -10,6 +10,7 @@
 #include "baracuda/core/preference.hpp"
 #include "baracuda/core/status.hpp"
 #include "baracuda/core/tensor.hpp"
+#include "baracuda/core/workspace.hpp"
 
 namespace baracuda::py {
 
@@ -44,6 +45,10 @@ struct DeviceGuard {
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 };
+
+/// The optional workspace tensor of a call as a Workspace (empty for None); `keep` holds the
+/// DLPack export alive for the duration of the call.
+Workspace workspace_of(const std::string& op, nb::handle obj, View& keep);
 
 /// Names of the dtypes in `s`, in enum order (the op tables' dtype columns).
 nb::list dtype_names(DTypeSet s);

@@ -191,13 +191,8 @@ void bind_index(nb::module_& m) {
          nb::object workspace, bool deterministic, bool vectorized) {
         IndexCall c = make_call(op, backward, tensors, params);
         c.args.inputs = c.inputs;  // the span follows the vector into this frame
-        Workspace ws{};
         View wsv;
-        if (!workspace.is_none()) {
-          wsv = to_view(c.label, workspace, "workspace", 0, true);
-          ws.ptr = wsv.t.data;
-          ws.bytes = static_cast<size_t>(wsv.t.numel()) * static_cast<size_t>(size_in_bytes(wsv.t.dtype));
-        }
+        const Workspace ws = workspace_of(c.label, workspace, wsv);
         Result<void> r;
         {
           nb::gil_scoped_release release;

@@ -134,13 +134,8 @@ void bind_norm(nb::module_& m) {
       [](const std::string& op, bool backward, nb::dict tensors, int axis, int norm_ndim, double eps, uintptr_t stream,
          nb::object workspace, bool vectorized) {
         NormCall c = make_call(op, backward, tensors, axis, norm_ndim, eps);
-        Workspace ws{};
         View wsv;
-        if (!workspace.is_none()) {
-          wsv = to_view(c.label, workspace, "workspace", 0, true);
-          ws.ptr = wsv.t.data;
-          ws.bytes = static_cast<size_t>(wsv.t.numel()) * static_cast<size_t>(size_in_bytes(wsv.t.dtype));
-        }
+        const Workspace ws = workspace_of(c.label, workspace, wsv);
         Result<void> r;
         {
           nb::gil_scoped_release release;

@@ -15,16 +15,12 @@ namespace baracuda {
 namespace {
 
 using test::fake_ptr;
+using test::mut_of;
+using test::ref_of;
 using test::strided;
 
 const Target kTarget = Target::offline(90);
 
-TensorRef ref_of(int slot, DType dt, const Layout& l, int64_t byte_offset = 0) {
-  return TensorRef{fake_ptr(slot, byte_offset), dt, l};
-}
-TensorMut mut_of(int slot, DType dt, const Layout& l, int64_t byte_offset = 0) {
-  return TensorMut{fake_ptr(slot, byte_offset), dt, l};
-}
 
 bool contains_text(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 #define EXPECT_MSG(result, part) \

@@ -16,16 +16,12 @@ namespace baracuda {
 namespace {
 
 using test::fake_ptr;
+using test::mut_of;
+using test::ref_of;
 using test::strided;
 
 const Target kTarget = Target::offline(90);
 
-TensorRef ref_of(int slot, DType dt, const Layout& l, int64_t byte_offset = 0) {
-  return TensorRef{fake_ptr(slot, byte_offset), dt, l};
-}
-TensorMut mut_of(int slot, DType dt, const Layout& l, int64_t byte_offset = 0) {
-  return TensorMut{fake_ptr(slot, byte_offset), dt, l};
-}
 
 NormDesc ln(DType dt = DType::f32, Direction dir = Direction::Forward, bool w = true, bool b = true) {
   return NormDesc::layer_norm(dt, Shape::of({8, 64}), 1, w, b, 1e-5, dir);

@@ -38,6 +38,14 @@ inline TensorMut mut(int slot, DType dt, std::initializer_list<int64_t> shape) {
   return make_mut(fake_ptr(slot), dt, shape);
 }
 
+/// Fake tensors with an explicit layout (and byte offset into the slot).
+inline TensorRef ref_of(int slot, DType dt, const Layout& l, int64_t byte_offset = 0) {
+  return TensorRef{fake_ptr(slot, byte_offset), dt, l};
+}
+inline TensorMut mut_of(int slot, DType dt, const Layout& l, int64_t byte_offset = 0) {
+  return TensorMut{fake_ptr(slot, byte_offset), dt, l};
+}
+
 /// Layout with explicit strides.
 inline Layout strided(std::initializer_list<int64_t> shape, std::initializer_list<int64_t> stride) {
   Layout l;
