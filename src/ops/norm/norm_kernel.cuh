@@ -18,6 +18,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include <cuda/std/limits>
 
 #include "kernels/common/dtype_traits.cuh"
@@ -96,8 +98,8 @@ struct SoftmaxFw {
     if (m == neg_inf<M>()) return {m, x.b + y.b};
     return {m, x.b * sm_exp<kFast>(x.a - m) + y.b * sm_exp<kFast>(y.a - m)};
   }
-  template <class M, int K, int V>
-  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
                                        const St<M>&) {
     M m = neg_inf<M>();
 #pragma unroll
@@ -146,8 +148,8 @@ struct LayerNormFw {
   __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
     return {x.a + y.a, x.b + y.b};
   }
-  template <class M, int K, int V>
-  __device__ static Acc<M> thread_pass(int pass, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int pass, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
                                        const St<M>& st) {
     M s = 0;
     if (pass == 0) {
@@ -195,8 +197,8 @@ struct RmsNormFw {
   __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
     return {x.a + y.a, x.b + y.b};
   }
-  template <class M, int K, int V>
-  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
                                        const St<M>&) {
     M s = 0;
 #pragma unroll
@@ -234,8 +236,8 @@ struct SoftmaxBw {
   __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
     return {x.a + y.a, x.b + y.b};
   }
-  template <class M, int K, int V>
-  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
                                        const St<M>&) {
     M s = 0;
 #pragma unroll
@@ -276,8 +278,8 @@ struct LayerNormBw {
   __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
     return {x.a + y.a, x.b + y.b};
   }
-  template <class M, int K, int V>
-  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&w)[K],
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt& w,
                                        const St<M>& st) {
     M a = 0, b = 0;
 #pragma unroll
@@ -323,8 +325,8 @@ struct RmsNormBw {
   __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
     return {x.a + y.a, x.b + y.b};
   }
-  template <class M, int K, int V>
-  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&w)[K],
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt& w,
                                        const St<M>& st) {
     M b = 0;
 #pragma unroll
@@ -362,8 +364,8 @@ struct NormalizeFw {
   __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
     return {x.a + y.a, x.b + y.b};
   }
-  template <class M, int K, int V>
-  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
                                        const St<M>&) {
     M s = 0;
 #pragma unroll
@@ -402,8 +404,8 @@ struct NormalizeBw {
   __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
     return {x.a + y.a, x.b + y.b};
   }
-  template <class M, int K, int V>
-  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const M (&)[K],
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
                                        const St<M>&) {
     M a = 0, b = 0;
 #pragma unroll
@@ -562,9 +564,9 @@ __device__ __forceinline__ Acc<M> group_reduce(Acc<M> v, int tpr, Acc<M>* smem) 
 // ---- the kernel ------------------------------------------------------------------------------------
 /// One pass of Op over this thread's loaded values. Packed rows widen to M here, at the use (one
 /// shift / conversion an element), so no f32 copy of the row is live as a whole.
-template <class Op, class M, int kItems, int kV, bool kPacked, class T, class R, int kSt>
+template <class Op, class M, int kItems, int kV, bool kPacked, class T, class R, int kSt, class Wt>
 __device__ __forceinline__ Acc<M> reduce_loaded(int pass, const R (&v)[Op::kIn][kSt], const bool (&ok)[kItems / kV],
-                                                const M (&w)[kItems], const St<M>& st) {
+                                                const Wt& w, const St<M>& st) {
   if constexpr (kPacked) {
     M u[Op::kIn][kItems];
 #pragma unroll
@@ -590,14 +592,50 @@ __device__ __forceinline__ Acc<M> reduce_loaded(int pass, const R (&v)[Op::kIn][
 /// bf16 layer_norm (16 bytes) and f16 log_softmax (4 bytes). f16 layer_norm is left uncapped:
 /// at 64 it spills ~250 bytes a thread (bf16 only 16; the cause was not pinned down).
 /// f32/f64 rows are 2-4x the bytes, so 4 CTAs already keep >= 64 KB in flight: no cap (a cap
-/// spilled there). The backward is bound by its f32 parameter-gradient sums: no cap either.
-/// Checked with -Xptxas -v for every instantiation.
+/// spilled there). The layer/rms_norm backward keeps its f32 parameter-gradient sums in shared
+/// memory (param_sums) and its 16-bit rows packed, so it too fits 64 registers (4 CTAs of 256
+/// for a 4096 row instead of 2 at 128 registers, when the sums were registers: 51-59% of copy
+/// bandwidth on H100). Checked with -Xptxas -v for every instantiation.
 template <class T, class Op, int kItems, int kV>
 constexpr int norm_min_ctas() {
-  if (sizeof(T) != 2 || kV == 1 || kItems <= kV || Op::kDir != Direction::Forward) return 0;
+  if (sizeof(T) != 2 || kV == 1 || kItems <= kV) return 0;
+  if (Op::kDir != Direction::Forward) return Op::kParamGrad ? 2 : 0;  // see kPacked / param_sums
   if (Op::kOp == NormOp::layer_norm && cuda::std::is_same_v<T, __half>) return 0;
   return 2;
 }
+/// The layer/rms_norm backward (the ops with parameter gradients) keeps per-thread arrays in
+/// dynamic shared memory instead of registers: [kItems][blockDim] of M each, every thread owning
+/// one column (no bank conflicts, no synchronization): the weight of the loaded chunk, then the
+/// parameter-gradient sums of register-resident rows (weight, and bias for layer_norm). As
+/// registers (3 x kItems) they held the backward at 2 CTAs an SM (128 registers).
+template <class Op>
+inline constexpr bool kSmemRows = Op::kParamGrad;
+template <class M, class Op, int kItems>
+size_t smem_rows_bytes(const NormLaunch& p) {
+  if constexpr (!kSmemRows<Op>) {
+    return 0;
+  } else {
+    const bool sums = p.slots > 0 && p.n <= int64_t(p.tpr) * kItems;
+    const int arrays = 1 + (sums ? (Op::kOp == NormOp::layer_norm ? 2 : 1) : 0);
+    return size_t(arrays) * kItems * p.block * sizeof(M);
+  }
+}
+/// One thread's column of a shared-memory array (see smem_rows_bytes), indexed like a register array.
+template <class M>
+struct SmemCol {
+  M* p;
+  __device__ M& operator[](int i) const { return p[i * blockDim.x]; }
+};
+/// The register array it replaces (same construction, so the kernel picks either by type).
+template <class M, int K>
+struct RegRow {
+  M v[K];
+  __device__ explicit RegRow(M*) {}
+  __device__ M& operator[](int i) { return v[i]; }
+  __device__ const M& operator[](int i) const { return v[i]; }
+};
+extern __shared__ __align__(16) unsigned char norm_dyn_smem[];
+
 template <class T, class Op, int kItems, int kV>
 __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_kernel(const NormLaunch p) {
   using M = opmath_t<T>;
@@ -643,17 +681,25 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
   // registers bound the rows resident per SM and so the bytes in flight (norm_min_ctas). Lossless:
   // every held value is a T (loaded, or x + residual already rounded to T); only the softmax
   // forward, whose additive mask is added in f32, keeps f32 rows.
-  // Forward only: the backward's occupancy is bound by its f32 parameter-gradient sums and
-  // weight (packing left layer/rms_norm at 2 CTAs of 256 and cost softmax/normalize backward a
-  // few registers, 4 -> 3 CTAs).
-  constexpr bool kPacked =
-      sizeof(T) == 2 && sizeof(M) == 4 && kV == 8 && !Op::kMaskable && Op::kDir == Direction::Forward;
+  // Not for the softmax/normalize backward (it cost them a few registers, 4 -> 3 CTAs); the
+  // layer/rms_norm backward needs it to fit 64 registers (norm_min_ctas).
+  constexpr bool kPacked = sizeof(T) == 2 && sizeof(M) == 4 && kV == 8 && !Op::kMaskable &&
+                           (Op::kDir == Direction::Forward || Op::kParamGrad);
   constexpr int kSt = kPacked ? kItems / 2 : kItems;  // storage slots a thread and input
   using R = cuda::std::conditional_t<kPacked, uint32_t, M>;
 
-  M gw[kItems], gb[kItems];  // this thread's parameter-gradient sums (register-resident rows)
+  // This thread's weight and parameter-gradient sums (smem_rows_bytes).
+  const SmemCol<M> w_smem{reinterpret_cast<M*>(norm_dyn_smem) + threadIdx.x};
+  M* const sums_w = w_smem.p + kItems * blockDim.x;
+  M* const sums_b = sums_w + kItems * blockDim.x;
+  const bool pb_sums = Op::kOp == NormOp::layer_norm;
+  if (pgrad && cached) {
 #pragma unroll
-  for (int i = 0; i < kItems; ++i) gw[i] = gb[i] = M(0);
+    for (int i = 0; i < kItems; ++i) {
+      sums_w[i * blockDim.x] = M(0);
+      if (pb_sums) sums_b[i * blockDim.x] = M(0);
+    }
+  }
   bool first = true;
 
   for (int64_t r0 = int64_t(blockIdx.x) * groups; r0 < p.rows; r0 += int64_t(gridDim.x) * groups) {
@@ -668,7 +714,8 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
     }
     if (masked && p.mask_kind == NormMask::boolean) st.c1 = M(1);  // fully excluded rows give zeros
     R v[kIn][kSt];  // the row (or chunk); two elements a word where kPacked
-    M w[kItems];  // weight of the loaded chunk where the reduction needs it (backward), else 1
+    // Weight of the loaded chunk where the reduction needs it (backward), else 1.
+    cuda::std::conditional_t<kSmemRows<Op>, SmemCol<M>, RegRow<M, kItems>> w{w_smem.p};
     bool ok[kC];
 
     // Loads chunk `cb`. With a fused residual the first load of a chunk reads x and residual and
@@ -728,7 +775,12 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
             }
           }
          }
-          if (has_w && kWInReduce) load_params<kV, T>(p.weight, p.param_f32, j0, &w[c * kV]);
+          if (has_w && kWInReduce) {
+            M wl[kV];
+            load_params<kV, T>(p.weight, p.param_f32, j0, wl);
+#pragma unroll
+            for (int e = 0; e < kV; ++e) w[c * kV + e] = wl[e];
+          }
         }
         if (!ok[c] || !has_w || !kWInReduce) {
 #pragma unroll
@@ -768,7 +820,10 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
           o[e] = Op::out(x, wv[e], bv[e], st);
           if (pgrad) {
             if (cached) {
-              Op::param_grad(x, st, gw[i], gb[i]);
+              M pw = M(0), pb = M(0);
+              Op::param_grad(x, st, pw, pb);
+              sums_w[i * blockDim.x] += pw;
+              if (pb_sums) sums_b[i * blockDim.x] += pb;
             } else {  // this slot's own workspace row: read-modify-write, no other writer
               M pw = M(0), pb = M(0);
               Op::param_grad(x, st, pw, pb);
@@ -820,8 +875,8 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
         if (j0 >= n) continue;
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
-          part_w[slot * n + j0 + e] = gw[c * kV + e];
-          if (part_b) part_b[slot * n + j0 + e] = gb[c * kV + e];
+          part_w[slot * n + j0 + e] = sums_w[(c * kV + e) * blockDim.x];
+          if (part_b) part_b[slot * n + j0 + e] = sums_b[(c * kV + e) * blockDim.x];
         }
       }
     } else if (first) {  // a slot with no rows still owes its zeros
@@ -836,16 +891,17 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
 /// Second stage of the parameter gradients: dst[j] = sum over slots of partial[slot][j], in slot
 /// order split over 16 thread rows then summed in a fixed order. blockIdx.y: 0 weight, 1 bias.
 template <class M, class W>
-__global__ void __launch_bounds__(512) param_reduce_kernel(const M* partial, int slots, int64_t n, W* dw, W* db) {
+__global__ void __launch_bounds__(512) param_reduce_kernel(const M* partial, int slots, int used, int64_t n, W* dw,
+                                                           W* db) {
   __shared__ M sm[16][33];
   W* dst = blockIdx.y ? db : dw;
   if (dst == nullptr) return;  // uniform over the block
-  const M* src = partial + int64_t(blockIdx.y) * slots * n;
+  const M* src = partial + int64_t(blockIdx.y) * slots * n;  // the bias half starts at row `slots`
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t j = int64_t(blockIdx.x) * 32 + tx;
   M s = 0;
   if (j < n)
-    for (int k = ty; k < slots; k += 16) s += src[int64_t(k) * n + j];
+    for (int k = ty; k < used; k += 16) s += src[int64_t(k) * n + j];
   sm[ty][tx] = s;
   __syncthreads();
   if (ty == 0 && j < n) {
@@ -853,6 +909,53 @@ __global__ void __launch_bounds__(512) param_reduce_kernel(const M* partial, int
 #pragma unroll
     for (int k = 0; k < 16; ++k) t += sm[k][tx];
     dst[j] = convert<W>(t);
+  }
+}
+
+/// Parameter gradients of streamed (long) rows, as a column reduction over the rows after the
+/// row kernel: partial[split][j] = sum over the split's rows of Op::param_grad (dy, x), with the
+/// rows partitioned into `splits` contiguous ranges, each summed in row order (deterministic).
+/// The row kernel's alternative for long rows, a read-modify-write of its slot's workspace row
+/// per element, moved 16 extra bytes an element (layer_norm backward of [1024, 128256] bf16:
+/// 3.3 ms, 0.21x torch); this re-reads dy and x once (4 bytes an element for 16-bit rows).
+/// Block (32, 8): 32 adjacent columns a warp, 8 row phases merged in shared memory in order.
+template <class T, class Op>
+__global__ void __launch_bounds__(256) param_cols_kernel(const NormLaunch p, int splits) {
+  using M = opmath_t<T>;
+  __shared__ M sw[8][33], sb[8][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t j = int64_t(blockIdx.x) * 32 + tx;
+  const int64_t per = (p.rows + splits - 1) / splits;
+  const int64_t r_begin = int64_t(blockIdx.y) * per;
+  const int64_t r_end = r_begin + per < p.rows ? r_begin + per : p.rows;
+  const T* dy = static_cast<const T*>(p.in[0]);
+  const T* xs = static_cast<const T*>(p.in[1]);
+  M gw = M(0), gb = M(0);
+  if (j < p.n) {
+    for (int64_t r = r_begin + ty; r < r_end; r += 8) {
+      int64_t base[kNumSlots];
+      row_offsets(p, r, base);
+      St<M> st{M(0), M(0), M(0), M(0)};
+      if (Op::kLoadMean) st.mean = static_cast<const M*>(p.mean_in)[r];
+      st.rstd = static_cast<const M*>(p.rstd_in)[r];
+      const M x[2] = {static_cast<M>(load_as_opmath(dy[base[detail::kIn0] + j * p.col_stride[detail::kIn0]])),
+                      static_cast<M>(load_as_opmath(xs[base[detail::kIn1] + j * p.col_stride[detail::kIn1]]))};
+      Op::param_grad(x, st, gw, gb);
+    }
+  }
+  sw[ty][tx] = gw;
+  sb[ty][tx] = gb;
+  __syncthreads();
+  if (ty == 0 && j < p.n) {
+    M tw = 0, tb = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      tw += sw[k][tx];
+      tb += sb[k][tx];
+    }
+    M* part_w = static_cast<M*>(p.partial);
+    part_w[int64_t(blockIdx.y) * p.n + j] = tw;
+    if (Op::kOp == NormOp::layer_norm) part_w[(int64_t(p.slots) + blockIdx.y) * p.n + j] = tb;
   }
 }
 
@@ -865,35 +968,60 @@ cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
   constexpr int kSmall = detail::norm_small_items(es);
   constexpr int kBig = detail::norm_big_items(Op::kOp, Op::kDir, es);
   const int groups = p.block / p.tpr;
+  // Rows longer than the register-resident row take the column kernel for their parameter
+  // gradients (param_cols_kernel); the row kernel then writes dx only.
+  const int items = p.big ? (p.vec ? kBig : (kBig < 16 ? kBig : 16)) : kSmall;
+  const bool col_grads = Op::kParamGrad && p.slots > 0 && p.n > int64_t(p.tpr) * items;
+  NormLaunch rp = p;
+  if (col_grads) rp.slots = 0;
   int64_t ctas = (p.rows + groups - 1) / groups;
-  if (Op::kParamGrad && p.slots > 0) ctas = p.slots / groups;  // the fixed partition
+  if (Op::kParamGrad && rp.slots > 0) ctas = p.slots / groups;  // the fixed partition
   if (ctas > (int64_t{1} << 30)) ctas = int64_t{1} << 30;      // the row loop covers the rest
   const dim3 grid(static_cast<unsigned>(ctas));
   // The scalar (strided) variant computes one 64-bit offset per element: at 32 items it spills,
   // so it holds at most 16 (rows that no longer fit stream; the kernel decides per launch).
   constexpr int kBigScalar = kBig < 16 ? kBig : 16;
+  auto go = [&](auto kernel, size_t smem) {
+    // Above 48 KB (f32/f64 rows of 512 threads) the kernel must opt in; a host-side attribute,
+    // allowed during stream capture.
+    if (smem > 48 * 1024)
+      if (const cudaError_t e =
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+          e != cudaSuccess)
+        return e;
+    kernel<<<grid, p.block, smem, stream>>>(rp);
+    return cudaSuccess;
+  };
+  cudaError_t err;
   if (p.big) {
     if (p.vec)
-      row_kernel<T, Op, kBig, kV><<<grid, p.block, 0, stream>>>(p);
+      err = go(row_kernel<T, Op, kBig, kV>, smem_rows_bytes<M, Op, kBig>(rp));
     else
-      row_kernel<T, Op, kBigScalar, 1><<<grid, p.block, 0, stream>>>(p);
+      err = go(row_kernel<T, Op, kBigScalar, 1>, smem_rows_bytes<M, Op, kBigScalar>(rp));
   } else {
     if (p.vec)
-      row_kernel<T, Op, kSmall, kV><<<grid, p.block, 0, stream>>>(p);
+      err = go(row_kernel<T, Op, kSmall, kV>, smem_rows_bytes<M, Op, kSmall>(rp));
     else
-      row_kernel<T, Op, kSmall, 1><<<grid, p.block, 0, stream>>>(p);
+      err = go(row_kernel<T, Op, kSmall, 1>, smem_rows_bytes<M, Op, kSmall>(rp));
   }
+  if (err != cudaSuccess) return err;
   if constexpr (Op::kParamGrad) {
+    // At least 64 rows a split, so at most `slots` splits: the workspace rows are already there.
+    const int used = col_grads ? static_cast<int>(std::min<int64_t>(p.slots, (p.rows + 63) / 64)) : p.slots;
+    if (col_grads)
+      param_cols_kernel<T, Op>
+          <<<dim3(static_cast<unsigned>((p.n + 31) / 32), static_cast<unsigned>(used)), dim3(32, 8), 0, stream>>>(p, used);
     if (p.slots > 0 && (p.dweight || p.dbias)) {
       const dim3 g2(static_cast<unsigned>((p.n + 31) / 32), 2);
       const dim3 b2(32, 16);
       const M* part = static_cast<const M*>(p.partial);
       if (p.param_f32)
         param_reduce_kernel<M, float>
-            <<<g2, b2, 0, stream>>>(part, p.slots, p.n, static_cast<float*>(p.dweight), static_cast<float*>(p.dbias));
+            <<<g2, b2, 0, stream>>>(part, p.slots, used, p.n, static_cast<float*>(p.dweight),
+                                    static_cast<float*>(p.dbias));
       else
         param_reduce_kernel<M, T>
-            <<<g2, b2, 0, stream>>>(part, p.slots, p.n, static_cast<T*>(p.dweight), static_cast<T*>(p.dbias));
+            <<<g2, b2, 0, stream>>>(part, p.slots, used, p.n, static_cast<T*>(p.dweight), static_cast<T*>(p.dbias));
     }
   }
   return cudaGetLastError();

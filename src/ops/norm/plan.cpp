@@ -283,7 +283,9 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
     const size_t per = static_cast<size_t>(slots) * static_cast<size_t>(n) * static_cast<size_t>(size_in_bytes(stats));
     const size_t halves = desc.op == NormOp::layer_norm ? 2 : 1;
     p.workspace_bytes_ = (per * halves + 255) / 256 * 256;
-    p.sku_.epilogue = "param-grad partials (" + std::to_string(slots) + " slots)";
+    p.sku_.epilogue = c.cached ? "param-grad partials (" + std::to_string(slots) + " slots)"
+                               : "param-grad column pass (" +
+                                     std::to_string(std::min<int64_t>(slots, (p.rows_ + 63) / 64)) + " row splits)";
   }
   return p;
 }
