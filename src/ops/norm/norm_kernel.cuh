@@ -982,9 +982,9 @@ cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
   // so it holds at most 16 (rows that no longer fit stream; the kernel decides per launch).
   constexpr int kBigScalar = kBig < 16 ? kBig : 16;
   auto go = [&](auto kernel, size_t smem) {
-    // Above 48 KB (f32/f64 rows of 512 threads) the kernel must opt in; a host-side attribute,
-    // allowed during stream capture.
-    if (smem > 48 * 1024)
+    // Dynamic plus static shared memory above 48 KB needs the kernel's opt-in (a host-side
+    // attribute, allowed during stream capture); the static part is < 1 KB.
+    if (smem > 47 * 1024)
       if (const cudaError_t e =
               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
           e != cudaSuccess)
