@@ -4,7 +4,9 @@
 Rows follow /work/shared/ANCHORS.md: large square GEMMs (bf16, f32 IEEE and TF32, f64), decode
 shapes (M = 1 and 16 against a [4096, 4096] weight, where the weight is streamed and its
 bandwidth is reported), an MLP shape (M = 128, 14336 x 4096), a fused bias+gelu linear, int8
-(torch._int_mm) and fp8 (torch._scaled_mm). baracuda runs through ``_C.gemm`` with preallocated
+(torch._int_mm), int8 with per-row x per-column scales -> bf16 (the CUTLASS kernel, W8A8's GEMM;
+torch: _int_mm followed by its scaling ops, and, for the W8A8 budget, a bf16 matmul of the same
+shape) and fp8 (torch._scaled_mm). int8 rates are TOPS. baracuda runs through ``_C.gemm`` with preallocated
 outputs and workspace; torch through ``torch.matmul(out=)`` / ``F.linear`` / its private ops.
 Inputs rotate over enough copies that weights are not L2-resident (bench.rotation_sets).
 Writes bench/results/gemm-<gpu>.md (+ .json).
@@ -35,6 +37,11 @@ ROWS = [
     ("tf32 8192^3", "mm_tf32", "float32", (8192, 8192, 8192), 1.0),
     ("f64 4096^3", "mm", "float64", (4096, 4096, 4096), 1.0),
     ("int8 8192^3", "int_mm", "int8", (8192, 8192, 8192), 1.5),
+    ("int8 scaled->bf16 8192^3", "scaled_int8", "int8", (8192, 8192, 8192), 1.5),
+    # The GEMM alone against torch's bf16 product: W8A8 (quantizing A, ~70 us at 8192^2, + this GEMM)
+    # must beat bf16 by 1.5x, so the GEMM needs some margin above that.
+    ("int8 scaled->bf16 8192^3 vs bf16 mm", "scaled_int8_vs_bf16", "int8", (8192, 8192, 8192), 1.6),
+    ("int8 scaled+bias->bf16 M=64", "scaled_int8_bias", "int8", (64, 14336, 4096), 1.2),
     ("fp8 e4m3 8192^3", "scaled_mm", "float8_e4m3fn", (8192, 8192, 8192), 1.0),
     ("grouped bf16 8 experts", "grouped", "bfloat16", (8192, 4096, 4096), 1.0),  # M = tokens over all experts
 ]
@@ -76,14 +83,16 @@ def run_row(row, ctx):
     torch.backends.cuda.matmul.allow_tf32 = kind == "mm_tf32"
     try:
         f8 = kind == "scaled_mm"
-        gen_dt = torch.float32 if f8 or kind == "int_mm" else getattr(torch, dtn)
+        i8 = kind.startswith("int_mm") or kind.startswith("scaled_int8")
+        scaled_i8 = kind.startswith("scaled_int8")
+        gen_dt = torch.float32 if f8 or i8 else getattr(torch, dtn)
         a_bytes = m * k * torch.tensor([], dtype=getattr(torch, dtn)).element_size()
         b_bytes = k * n * torch.tensor([], dtype=getattr(torch, dtn)).element_size()
         nsets = bench.rotation_sets(a_bytes + b_bytes, ctx["l2"], cap=64)
 
         def make(shape, seed):
             g = torch.Generator(device=dev).manual_seed(seed)
-            if kind == "int_mm":
+            if i8:
                 return torch.randint(-64, 64, shape, generator=g, device=dev, dtype=torch.int8)
             x = torch.rand(shape, generator=g, device=dev, dtype=gen_dt) * 2 - 1
             return x.to(getattr(torch, dtn))
@@ -93,10 +102,21 @@ def run_row(row, ctx):
         A = [make((m, k), 2 * i) for i in range(nsets)]
         W = [make((n, k), 2 * i + 1) for i in range(nsets)]  # [N, K]: torch linear's weight, K-contiguous
         Bt = [w.t() for w in W]  # logical [K, N] views
-        out_dt = torch.int32 if kind == "int_mm" else (torch.bfloat16 if f8 else getattr(torch, dtn))
+        out_dt = torch.int32 if kind == "int_mm" else (torch.bfloat16 if f8 or scaled_i8 else getattr(torch, dtn))
         D_bar = torch.empty(m, n, dtype=out_dt, device=dev)
         D_t = torch.empty(m, n, dtype=out_dt, device=dev)
         bias = make((n,), 999) if kind == "linear_gelu" else None
+        if kind == "scaled_int8_bias":
+            g = torch.Generator(device=dev).manual_seed(998)
+            bias = (torch.rand(n, generator=g, device=dev) * 2 - 1).to(torch.bfloat16)
+        if scaled_i8:  # per-row (activation) and per-output-channel (weight) dequantization scales
+            g = torch.Generator(device=dev).manual_seed(997)
+            s_row = torch.rand(m, generator=g, device=dev) * 0.01 + 1e-3
+            s_col = torch.rand(n, generator=g, device=dev) * 0.01 + 1e-3
+            s_row_c, s_col_r = s_row.reshape(m, 1), s_col.reshape(1, n)
+            if kind == "scaled_int8_vs_bf16":  # the same shape in bf16, B K-contiguous like the weight
+                A16 = [a.to(torch.bfloat16) for a in A]
+                Bt16 = [w.to(torch.bfloat16).t() for w in W]
         sa = torch.tensor([1.0], device=dev)
         stream = torch.cuda.current_stream().cuda_stream
         kw = dict(tf32=kind == "mm_tf32")
@@ -104,6 +124,10 @@ def run_row(row, ctx):
             kw.update(bias=bias, act="gelu_tanh")
         if f8:
             kw.update(a_scale=sa, b_scale=sa)
+        if scaled_i8:
+            kw.update(a_scale=s_row, b_scale=s_col)
+            if bias is not None:
+                kw.update(bias=bias)
         ws = None
         need = _C.gemm(tensor_arg(torch, A[0]), tensor_arg(torch, Bt[0]), D_bar, stream=stream, **kw)
         if need:
@@ -124,6 +148,16 @@ def run_row(row, ctx):
         elif kind == "int_mm":
             def tor(i):
                 torch._int_mm(A[i], Bt[i])  # plain call (allocates; torch's own caching allocator)
+        elif kind == "scaled_int8_vs_bf16":
+            def tor(i):
+                torch.matmul(A16[i], Bt16[i], out=D_t)
+        elif scaled_i8:
+            def tor(i):  # torch's eager equivalent: exact int32 product, then the f32 scaling, one cast
+                y = torch._int_mm(A[i], Bt[i]).float()
+                y.mul_(s_row_c).mul_(s_col_r)
+                if bias is not None:
+                    y.add_(bias)
+                D_t.copy_(y)
         else:
             def tor(i):
                 torch._scaled_mm(A[i], Bt[i], scale_a=sa, scale_b=sa, out_dtype=torch.bfloat16)
@@ -138,6 +172,9 @@ def run_row(row, ctx):
             want = torch.nn.functional.gelu(torch.nn.functional.linear(A[0], W[0], bias), approximate="tanh")
         elif kind == "int_mm":
             want = torch._int_mm(A[0], Bt[0])
+        elif scaled_i8:
+            want = torch._int_mm(A[0], Bt[0]).float() * s_row_c * s_col_r
+            want = (want + bias.float() if bias is not None else want).to(torch.bfloat16)
         elif f8:
             want = torch._scaled_mm(A[0], Bt[0], scale_a=sa, scale_b=sa, out_dtype=torch.bfloat16)
         else:
@@ -209,8 +246,9 @@ def fmt(r):
     sp = f"{r['speedup']:.3f}x" + ("" if r["speedup"] >= r["target"] else " (below target)")
     if r["check"] != "ok":
         sp += " (mismatch)"
+    unit = "TOPS" if r["dtype"] == "int8" else "TFLOP/s"
     rate = (f"{r['bar_weight_tbps']:.2f} / {r['torch_weight_tbps']:.2f} TB/s weights" if r["m"] <= 16
-            else f"{r['bar_tflops']:.0f} / {r['torch_tflops']:.0f} TFLOP/s")
+            else f"{r['bar_tflops']:.0f} / {r['torch_tflops']:.0f} {unit}")
     return [r["row"], f"{r['bar_us']:.1f}", f"{r['torch_us']:.1f}", sp, f">= {r['target']}x", rate, r["sku"] or "-"]
 
 

@@ -43,7 +43,8 @@ fi
 
 # ---- pip ----------------------------------------------------------------------------------------
 pip_pkgs=()
-for spec in nanobind:nanobind numpy:numpy pytest:pytest scikit_build_core:scikit-build-core; do
+for spec in nanobind:nanobind numpy:numpy pytest:pytest scikit_build_core:scikit-build-core \
+  cutlass_library:nvidia-cutlass; do
   mod="${spec%%:*}"; pkg="${spec##*:}"
   "$PY" -c "import $mod" >/dev/null 2>&1 || pip_pkgs+=("$pkg")
 done

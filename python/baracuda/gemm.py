@@ -1,7 +1,7 @@
 """Matrix products under their torch names (the GEMM family, include/baracuda/ops/gemm.hpp).
 
 Every function runs ``_C.gemm`` (a cached GemmPlan: the small-M streaming kernel for decode
-shapes, cuBLASLt otherwise) on torch's current stream, and is differentiable where torch's is:
+shapes, CUTLASS for int8 -> floating results with scales (``scaled_int8_mm``), cuBLASLt otherwise) on torch's current stream, and is differentiable where torch's is:
 the backward is built from the same GEMM (dA = dD @ B^T, dB = A^T @ dD) with the bias gradient
 fused into the dB product. Operands are passed as views (transposes and leading dimensions
 travel as strides, a broadcast batch as stride 0); a view with no unit stride is made
@@ -14,7 +14,7 @@ from . import _C
 from ._autograd import current_stream, dl, require_torch, torch
 
 __all__ = ["gemm", "linear", "mm", "bmm", "matmul", "addmm", "baddbmm", "addmv", "mv", "dot", "vdot", "outer",
-           "tensordot", "einsum", "dot_general", "grouped_mm", "scaled_mm", "int_mm"]
+           "tensordot", "einsum", "dot_general", "grouped_mm", "scaled_mm", "int_mm", "scaled_int8_mm"]
 
 _ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
@@ -46,7 +46,9 @@ def _run(a, b, d, *, c=None, bias=None, aux=None, aux_in=None, bgrad=None, alpha
     stream = current_stream(dev)
     key = (dev.index, stream)
     opt = dict(c=c, bias=bias, aux=aux, aux_in=aux_in, bgrad=bgrad, a_scale=a_scale, b_scale=b_scale, amax_d=amax_d)
-    scal = dict(alpha=float(alpha), beta=float(beta), act=act, backward=backward, bgrad_of=bgrad_of, tf32=_tf32())
+    # torch's TF32 flag concerns float32 products only (a tf32 request for int8 / fp8 is refused).
+    scal = dict(alpha=float(alpha), beta=float(beta), act=act, backward=backward, bgrad_of=bgrad_of,
+                tf32=_tf32() and a.dtype == torch.float32)
 
     def call(ws):  # DLPack capsules are single-use: export afresh for every call
         kw = {k: _dl_opt(v) for k, v in opt.items()}
@@ -65,7 +67,7 @@ def _run(a, b, d, *, c=None, bias=None, aux=None, aux_in=None, bgrad=None, alpha
 
 def sku(a, b, d, **kw):
     """The SKU the plan for these tensors would run (string; no launch)."""
-    kw.setdefault("tf32", _tf32())
+    kw.setdefault("tf32", _tf32() and a.dtype == torch.float32)
     conv = {k: (dl(v) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
     return _C.gemm_sku(dl(a), dl(b), dl(d), **conv)
 
@@ -574,6 +576,50 @@ def scaled_mm(input, mat2, scale_a, scale_b, bias=None, scale_result=None, out_d
     if amax is not None:  # rare combination (row-wise scales + amax): torch's reduction
         amax.copy_(d.abs().amax().reshape(1).to(f32))
     return d
+
+
+def scaled_int8_mm(a, b, a_scale, b_scale, bias=None, out_dtype=None):
+    """W8A8's linear: ``(a @ b.T) * a_scale[:, None] * b_scale[None, :] + bias`` for int8 ``a`` [M, K]
+    and int8 ``b`` [N, K] (an nn.Linear weight's layout), result ``out_dtype`` (bfloat16 by default,
+    float16, float32). The int32 accumulation is exact; the scaling and the bias are float32 steps,
+    then one rounding to out_dtype (the CUTLASS sm_90 kernel: Hopper only). ``a_scale``: float32 per
+    row ([M] or [M, 1]) or one value; ``b_scale``: per output channel ([N], [1, N] or [N, 1]) or one
+    value; ``bias``: [N], converted to out_dtype. Needs K % 16 == 0 and N % 8 == 0 (N % 4 for
+    float32). No autograd (like torch._int_mm)."""
+    _check_cuda("scaled_int8_mm", a, b, a_scale, b_scale, bias)
+    out_dtype = out_dtype or torch.bfloat16
+    if a.dim() != 2 or b.dim() != 2 or a.dtype != torch.int8 or b.dtype != torch.int8:
+        raise RuntimeError(f"scaled_int8_mm: expected int8 a [M, K] and int8 b [N, K], got {a.dtype} "
+                           f"{tuple(a.shape)} and {b.dtype} {tuple(b.shape)}")
+    if a.shape[1] != b.shape[1]:
+        raise RuntimeError(f"scaled_int8_mm: a [M, K] and b [N, K] expected the same K, got {tuple(a.shape)} and "
+                           f"{tuple(b.shape)}")
+    if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise RuntimeError(f"scaled_int8_mm: out_dtype expected bfloat16, float16 or float32, got {out_dtype}")
+    m, n = a.shape[0], b.shape[0]
+    f32 = torch.float32
+    sa, sb = a_scale.to(f32).reshape(-1), b_scale.to(f32).reshape(-1)
+    if sa.numel() not in (1, m) or sb.numel() not in (1, n):
+        raise RuntimeError(f"scaled_int8_mm: a_scale expected 1 or {m} values and b_scale 1 or {n}, got "
+                           f"{a_scale.numel()} and {b_scale.numel()}")
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != n):
+        raise RuntimeError(f"scaled_int8_mm: bias expected [{n}], got {tuple(bias.shape)}")
+    d = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    if m == 0 or n == 0:
+        return d
+    if sa.numel() > 1 or sb.numel() > 1:  # per row / column: both vectors (a single value repeated)
+        sa, sb = sa.expand(m), sb.expand(n)
+    sa, sb = _aligned16(sa.contiguous()), _aligned16(sb.contiguous())
+    # TMA wants K-contiguous rows starting on 16 bytes; views that break it are copied (a K that is
+    # not a multiple of 16 is refused by the plan, naming it).
+    if a.stride(1) != 1 or (m > 1 and a.stride(0) % 16):
+        a = a.contiguous()
+    if b.stride(1) != 1 or (n > 1 and b.stride(0) % 16):
+        b = b.contiguous()
+    a, b = _aligned16(a), _aligned16(b)
+    if bias is not None:
+        bias = bias.to(out_dtype).contiguous()
+    return _run(a, b.t(), d, bias=bias, a_scale=sa, b_scale=sb)
 
 
 def int_mm(input, mat2):

@@ -7,8 +7,9 @@
 //           workspace=None) -> int
 //
 // A, B, C, D (and aux, aux_in) are rank 2, or rank 3 with the batch first (all of one rank;
-// batch stride 0 broadcasts an input). fp8 scales are float32 tensors of 1 value each, or of m
-// and n values (per-row / per-column scaling). Returns 0 after enqueuing, or, without launching, the
+// batch stride 0 broadcasts an input). fp8 scales, and those of int8 x int8 -> bf16/f16/f32 (the
+// CUTLASS kernel, W8A8), are float32 tensors of 1 value each, or of m and n values (per-row /
+// per-column scaling). backend: any, native, cublaslt or cutlass. Returns 0 after enqueuing, or, without launching, the
 // workspace size in bytes when `workspace` is missing or smaller (the caller allocates and calls
 // again). _C.gemm_sku(...) takes the same tensors and returns the chosen SKU as a string.
 #include <nanobind/nanobind.h>
@@ -47,7 +48,8 @@ Backend backend_from(const std::string& s) {
   if (s == "any") return Backend::Any;
   if (s == "native") return Backend::Native;
   if (s == "cublaslt") return Backend::CuBlasLt;
-  fail("gemm: backend expected any, native or cublaslt, got '" + s + "'");
+  if (s == "cutlass") return Backend::Cutlass;
+  fail("gemm: backend expected any, native, cublaslt or cutlass, got '" + s + "'");
 }
 
 /// Largest power of two (<= 256) dividing the address; 256 for null.
@@ -136,7 +138,7 @@ GemmCall make_gemm_call(nb::handle a, nb::handle b, nb::handle d, nb::handle c, 
          (bgrad.is_none() ? "missing" : "given") + ")");
   s.align = {alignment_of(x.a.data), alignment_of(x.b.data), alignment_of(c.is_none() ? x.d.data : x.c.data),
              alignment_of(x.d.data)};
-  // A scale vector (more than one value) means per-row / per-column fp8 scaling.
+  // A scale vector (more than one value) means per-row / per-column scaling (fp8, int8 -> float).
   if (x.a_scale.numel() > 1 || x.b_scale.numel() > 1) s.scale_mode = GemmScaleMode::PerRowCol;
   g.pref.tf32 = tf32 ? Tristate::Require : Tristate::Default;
   g.pref.backend = backend_from(backend);

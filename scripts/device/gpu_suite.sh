@@ -13,6 +13,11 @@ phases=("$@")
 B=build-gpu
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
+# Wheels the device lacks travel in .whl/ (carry it): nvidia-cutlass brings the CUTLASS headers.
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 t0=$(date +%s)
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DBARACUDA_CUDA_ARCHS="${ARCHS:-90a}" -DBARACUDA_BUILD_PYTHON=ON \
   -DBARACUDA_BUILD_TESTS=OFF -DBARACUDA_BUILD_TOOLS=ON ${EXTRA_CMAKE:-} >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }

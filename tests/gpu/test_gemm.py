@@ -2,7 +2,8 @@
 
 Dtypes, transposes, leading dimensions, strided and broadcast batches, 1-D operands, alpha/beta,
 every epilogue (bias, relu, gelu erf/tanh, silu), K = 0 and empty problems, the small-M decode
-kernel, fp8/int8, TF32 by preference, CUDA-graph capture, and backward vs torch.autograd.
+kernel, fp8/int8 (int8 -> bf16/f16/f32 with per-row x per-column scales and bias: the CUTLASS
+kernel on sm_90, against an exact integer reference), TF32 by preference, CUDA-graph capture, and backward vs torch.autograd.
 References are torch in float64 (complex128 for complex); tolerances grow with sqrt(K).
 Skips without torch, a CUDA device or an importable baracuda.
 """
@@ -394,3 +395,179 @@ def test_sanitizer_native_kernels():
     ref = torch.cat([up(a[:3]) @ up(we[0]).t(), up(a[3:67]) @ up(we[1]).t(), torch.zeros(3, 24, dtype=torch.float64,
                                                                                           device=DEV)])
     check(out, ref, torch.float16, 16, "grouped")
+
+
+# ---- int8 x int8 -> bf16 / f16 / f32 with per-row x per-column scales (CUTLASS, sm_90) ------------------
+OUT_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+EPS = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10, torch.float32: 2.0 ** -23}  # 1 ulp, relative
+# (M, N, K): odd M, N multiples of 8, K multiples of 16; the last two take the 128x256 tile (enough
+# tiles to fill the device) with partial tiles in M and N, the others the 64x128 tile.
+INT8_SHAPES = [(1, 8, 16), (7, 40, 48), (33, 72, 64), (129, 264, 4096), (300, 1032, 272), (1100, 4104, 160),
+               (2048, 2048, 1024)]
+
+
+def _need_sm90():
+    if _sm() != 90:
+        pytest.skip("the CUTLASS int8 kernel is built for sm_90a (Hopper) only")
+
+
+def _int8(*shape, seed):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    return torch.randint(-128, 128, shape, generator=g, device=DEV, dtype=torch.int8)
+
+
+def _scales(m, n, per_row_col, seed):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    sa = torch.rand(m if per_row_col else 1, generator=g, device=DEV) * 0.02 + 1e-3
+    sb = torch.rand(n if per_row_col else 1, generator=g, device=DEV) * 0.02 + 1e-3
+    return sa, sb
+
+
+def _int8_ref(a, b, sa, sb, bias, out_dtype):
+    """Exact integer accumulation (float64 holds every int8 dot product here exactly; torch._int_mm agrees
+    where it applies), then torch's float32 steps in the order (acc * a_scale) * b_scale + bias, one
+    rounding to out_dtype."""
+    acc = a.double() @ b.double().t()
+    m, k, n = a.shape[0], a.shape[1], b.shape[0]
+    if m > 16 and k > 0 and k % 8 == 0 and n % 8 == 0:
+        assert torch.equal(torch._int_mm(a, b.t()).double(), acc), "float64 reference is not exact"
+    z = acc.float() * sa.float().reshape(-1, 1) * sb.float().reshape(1, -1)
+    if bias is not None:
+        z = z + bias.float()
+    return z.to(out_dtype)
+
+
+def _check_int8(out, ref, out_dtype, what):
+    assert out.dtype == out_dtype and out.shape == ref.shape, what
+    if ref.numel() >= 16:
+        assert (ref != 0).float().mean() > 0.5, f"{what}: degenerate reference (mostly zeros)"
+    assert not out.isnan().any(), f"{what}: NaN (unwritten elements?)"
+    torch.testing.assert_close(out.float(), ref.float(), rtol=EPS[out_dtype], atol=1e-6,
+                               msg=lambda msg: f"{what}: {msg}")
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("mnk", INT8_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("per_row_col", [True, False], ids=["rowcol", "tensor"])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+def test_scaled_int8_mm(out_dtype, mnk, per_row_col, with_bias):
+    _need_sm90()
+    m, n, k = mnk
+    a, b = _int8(m, k, seed=200), _int8(n, k, seed=201)
+    sa, sb = _scales(m, n, per_row_col, seed=202)
+    bias = rand(n, dtype=out_dtype, seed=203) * 4 if with_bias else None
+    out = F.scaled_int8_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype)
+    _check_int8(out, _int8_ref(a, b, sa, sb, bias, out_dtype), out_dtype, f"scaled_int8_mm {mnk}")
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("mnk,tile", [((64, 512, 256), "64x128x128"), ((1100, 4104, 160), "128x256x128")],
+                         ids=["small-tile", "large-tile"])
+def test_scaled_int8_every_element_written_and_sku(out_dtype, mnk, tile):
+    """D poisoned with NaN before the run (through _run, which writes into a given D); the SKU names
+    the CUTLASS tile; two runs agree bit for bit."""
+    _need_sm90()
+    m, n, k = mnk
+    a, b = _int8(m, k, seed=210), _int8(n, k, seed=211)
+    sa, sb = _scales(m, n, True, seed=212)
+    bias = rand(n, dtype=out_dtype, seed=213)
+    d = torch.full((m, n), float("nan"), dtype=out_dtype, device=DEV)
+    sku = G.sku(a, b.t(), d, bias=bias, a_scale=sa, b_scale=sb)
+    assert "[cutlass sm_90a" in sku and tile in sku and "acc=int32 deterministic bit-stable" in sku, sku
+    G._run(a, b.t(), d, bias=bias, a_scale=sa, b_scale=sb)
+    _check_int8(d, _int8_ref(a, b, sa, sb, bias, out_dtype), out_dtype, f"poisoned {mnk}")
+    d2 = torch.full_like(d, float("nan"))
+    G._run(a, b.t(), d2, bias=bias, a_scale=sa, b_scale=sb)
+    assert torch.equal(d, d2), "CUTLASS int8 GEMM must be deterministic"
+
+
+def test_scaled_int8_scale_layouts_and_strided_operands():
+    """[M, 1] / [1, N] scales, a per-tensor scale mixed with a per-channel one, padded leading dimensions
+    (16-byte rows: used as they are; others: copied), an unaligned bias view."""
+    _need_sm90()
+    m, n, k = 45, 96, 64
+    a_big, b_big = _int8(m, k + 16, seed=220), _int8(n, k + 32, seed=221)
+    a, b = a_big[:, :k], b_big[:, 16:16 + k]  # lda 80, ldb 96, B offset 16 bytes
+    sa, sb = _scales(m, n, True, seed=222)
+    ref = _int8_ref(a, b, sa, sb, None, torch.bfloat16)
+    _check_int8(F.scaled_int8_mm(a, b, sa.reshape(m, 1), sb.reshape(1, n)), ref, torch.bfloat16, "2-D scales")
+    one = torch.tensor([0.5], device=DEV)
+    _check_int8(F.scaled_int8_mm(a, b, one, sb), _int8_ref(a, b, one.expand(m), sb, None, torch.bfloat16),
+                torch.bfloat16, "per-tensor a_scale, per-channel b_scale")
+    a_odd = _int8(m, k + 8, seed=223)[:, :k]  # lda 72: not 16-byte rows, copied by the wrapper
+    _check_int8(F.scaled_int8_mm(a_odd, b, sa, sb), _int8_ref(a_odd, b, sa, sb, None, torch.bfloat16),
+                torch.bfloat16, "lda 72")
+    bias = rand(n + 1, dtype=torch.bfloat16, seed=224)[1:]  # 2-byte aligned view
+    _check_int8(F.scaled_int8_mm(a, b, sa, sb, bias=bias), _int8_ref(a, b, sa, sb, bias, torch.bfloat16),
+                torch.bfloat16, "unaligned bias")
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+def test_scaled_int8_empty_and_k0(out_dtype):
+    _need_sm90()
+    sa, sb = _scales(5, 16, True, seed=230)
+    assert F.scaled_int8_mm(_int8(0, 32, seed=231), _int8(16, 32, seed=232), sa[:0], sb).shape == (0, 16)
+    bias = rand(16, dtype=out_dtype, seed=233)
+    a0, b0 = torch.empty(5, 0, dtype=torch.int8, device=DEV), torch.empty(16, 0, dtype=torch.int8, device=DEV)
+    out = F.scaled_int8_mm(a0, b0, sa, sb, bias=bias, out_dtype=out_dtype)
+    assert torch.equal(out, bias.expand(5, 16)), "k = 0: D = bias"
+    assert torch.equal(F.scaled_int8_mm(a0, b0, sa, sb, out_dtype=out_dtype),
+                       torch.zeros(5, 16, dtype=out_dtype, device=DEV))
+
+
+def test_scaled_int8_refusals():
+    _need_sm90()
+    a, b = _int8(32, 64, seed=240), _int8(48, 64, seed=241)
+    sa, sb = _scales(32, 48, True, seed=242)
+    with pytest.raises(RuntimeError, match="k expected a multiple of 16"):
+        F.scaled_int8_mm(_int8(32, 40, seed=243), _int8(48, 40, seed=244), sa, sb)
+    with pytest.raises(RuntimeError, match="n expected a multiple of 8 for a bfloat16 D"):
+        F.scaled_int8_mm(a, _int8(12, 64, seed=245), sa, sb[:12])
+    F.scaled_int8_mm(a, _int8(12, 64, seed=245), sa, sb[:12], out_dtype=torch.float32)  # f32: n % 4 suffices
+    with pytest.raises(RuntimeError, match="a_scale expected 1 or 32 values"):
+        F.scaled_int8_mm(a, b, sa[:5], sb)
+    with pytest.raises(RuntimeError, match="expected int8"):
+        F.scaled_int8_mm(a.float(), b, sa, sb)
+    with pytest.raises(RuntimeError, match="same K"):
+        F.scaled_int8_mm(a, _int8(48, 32, seed=246), sa, sb)
+    with pytest.raises(RuntimeError, match="out_dtype expected"):
+        F.scaled_int8_mm(a, b, sa, sb, out_dtype=torch.int32)
+    d3 = torch.empty(2, 32, 48, dtype=torch.bfloat16, device=DEV)  # batched: not this kernel
+    with pytest.raises(RuntimeError, match="batch expected 1"):
+        G._run(torch.stack([a, a]), torch.stack([b, b]).transpose(1, 2), d3, a_scale=sa, b_scale=sb)
+    with pytest.raises(RuntimeError, match="alpha = 1"):
+        G._run(a, b.t(), torch.empty(32, 48, dtype=torch.bfloat16, device=DEV), alpha=2.0, a_scale=sa, b_scale=sb)
+    # int8 -> int32 is unchanged (cuBLASLt, no scales).
+    assert torch.equal(F.int_mm(a, b.t()), torch._int_mm(a, b.t()))
+
+
+def test_scaled_int8_cuda_graph():
+    _need_sm90()
+    a, b = _int8(96, 128, seed=250), _int8(64, 128, seed=251)
+    sa, sb = _scales(96, 64, True, seed=252)
+    bias = rand(64, dtype=torch.bfloat16, seed=253)
+    F.scaled_int8_mm(a, b, sa, sb, bias=bias)  # warm: plan and workspace exist before capture
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        F.scaled_int8_mm(a, b, sa, sb, bias=bias)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = F.scaled_int8_mm(a, b, sa, sb, bias=bias)
+    a.copy_(_int8(96, 128, seed=254))
+    g.replay()
+    torch.cuda.synchronize()
+    _check_int8(y, _int8_ref(a, b, sa, sb, bias, torch.bfloat16), torch.bfloat16, "graph replay")
+
+
+@pytest.mark.sanitizer
+def test_sanitizer_cutlass_int8():
+    """Both CUTLASS tiles (64x128, then 128x256) with partial tiles, for compute-sanitizer memcheck."""
+    _need_sm90()
+    for m, n, k in ((7, 40, 48), (1100, 4104, 160)):
+        a, b = _int8(m, k, seed=260), _int8(n, k, seed=261)
+        sa, sb = _scales(m, n, True, seed=262)
+        bias = rand(n, dtype=torch.bfloat16, seed=263)
+        out = F.scaled_int8_mm(a, b, sa, sb, bias=bias)
+        _check_int8(out, _int8_ref(a, b, sa, sb, bias, torch.bfloat16), torch.bfloat16, f"sanitizer {m}x{n}x{k}")

@@ -1,6 +1,8 @@
 // GEMM family, host only: descriptor validation and its messages, the implementation choice
-// (small-M kernel vs cuBLASLt), preferences, the column-major normal form, can_implement on
-// fake pointers, workspace sizing and coverage rows. Every select runs offline (no GPU).
+// (small-M kernel, CUTLASS int8, cuBLASLt), preferences, the column-major normal form,
+// can_implement on fake pointers, workspace sizing and coverage rows. Every select runs offline
+// (no GPU). The CUTLASS int8 expectations follow how the library was built (with or without the
+// CUTLASS headers: detail::cutlass_int8_kernels<>().built).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -229,7 +231,7 @@ TEST(Gemm, Preferences) {
   p = {};
   p.backend = Backend::CuDnn;
   EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::f32, 64, 64, 64), p), Status::Unsupported,
-                    "backend expected any, native or cublaslt");
+                    "backend expected any, native, cublaslt or cutlass");
 }
 
 TEST(Gemm, ColumnMajorNormalForm) {
@@ -294,7 +296,8 @@ TEST(Gemm, CanImplement) {
   EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "B is null");
   bad = a;
   bad.a_scale = make_ref(fake_ptr(9), DType::f32, {1});
-  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "fp8 only");
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "a_scale / b_scale / amax_d expected absent",
+                    "bfloat16 -> bfloat16");
   // Rank 3 with batch 1 is fine too; a wrong batch is named.
   bad = a;
   bad.a.layout = test::strided({1, 64, 16}, {0, 16, 1});
@@ -399,6 +402,224 @@ TEST(Gemm, CoverageRows) {
   EXPECT_TRUE(has("float8_e4m3fn,float8_e4m3fn->bfloat16", Direction::Forward, Backend::CuBlasLt));
   EXPECT_TRUE(has("int8,int8->int32", Direction::Forward, Backend::CuBlasLt));
   EXPECT_FALSE(has("int32", Direction::Forward, Backend::CuBlasLt));
+  const bool cutlass = detail::cutlass_int8_kernels<DType::bf16>().built;
+  for (const char* t : {"int8,int8->bfloat16", "int8,int8->float16", "int8,int8->float32"}) {
+    EXPECT_EQ(has(t, Direction::Forward, Backend::Cutlass), cutlass) << t;
+    EXPECT_FALSE(has(t, Direction::Forward, Backend::CuBlasLt)) << t;
+    EXPECT_FALSE(has(t, Direction::Backward, Backend::Cutlass)) << t;
+  }
+  EXPECT_FALSE(has("int8,int8->int32", Direction::Forward, Backend::Cutlass));
+  EXPECT_FALSE(has("bfloat16", Direction::Forward, Backend::Cutlass));
+  // sm_80: no CUTLASS rows (the kernel is sm_90a only).
+  const auto rows80 = coverage(Target::offline(80));
+  EXPECT_FALSE(
+      std::any_of(rows80.begin(), rows80.end(), [](const CoverageRow& r) { return r.backend == Backend::Cutlass; }));
+}
+
+// ---- int8 x int8 -> bf16 / f16 / f32 with scales (CUTLASS) ---------------------------------------------
+GemmDesc int8_desc(DType out, int64_t m, int64_t n, int64_t k, GemmScaleMode mode = GemmScaleMode::PerRowCol,
+                   bool bias = false) {
+  GemmDesc d = GemmDesc::dense(DType::s8, out, m, n, k, false, true);  // A [m,k], B stored [n,k]
+  d.scale_mode = mode;
+  d.bias = bias;
+  return d;
+}
+GemmArgs int8_args(const GemmDesc& d) {
+  GemmArgs a = args_for(d);
+  const bool outer = d.scale_mode == GemmScaleMode::PerRowCol;
+  a.a_scale = make_ref(fake_ptr(9), DType::f32, {outer ? d.m : 1});
+  a.b_scale = make_ref(fake_ptr(10), DType::f32, {outer ? d.n : 1});
+  return a;
+}
+bool cutlass_built() { return detail::cutlass_int8_kernels<DType::bf16>().built; }
+
+TEST(GemmInt8Scaled, SelectsCutlassOrSaysItWasNotBuilt) {
+  for (DType o : {DType::bf16, DType::f16, DType::f32}) {
+    for (GemmScaleMode mode : {GemmScaleMode::PerTensor, GemmScaleMode::PerRowCol}) {
+      for (bool bias : {false, true}) {
+        auto p = GemmPlan::select(kOff, int8_desc(o, 8192, 8192, 8192, mode, bias));
+        EXPECT_EQ(detail::cutlass_int8_kernels<DType::f16>().built, cutlass_built());
+        if (!cutlass_built()) {
+          EXPECT_FAILS_WITH(p, Status::Unsupported, "cutlass-int8: baracuda was built without CUTLASS",
+                            "cublaslt: int8 -> " + std::string(name(o)) + " has no cuBLASLt variant");
+          continue;
+        }
+        ASSERT_TRUE(p.ok()) << p.message();
+        EXPECT_EQ(p->sku().backend, Backend::Cutlass);
+        EXPECT_EQ(p->sku().dtypes, "int8->" + std::string(name(o)));
+        EXPECT_NE(p->sku().layout.find("cutlass sm90 int8 TN"), std::string::npos) << p->sku().layout;
+        EXPECT_NE(p->sku().layout.find("128x256x128 cluster 2x1x1"), std::string::npos) << p->sku().layout;
+        EXPECT_EQ(p->sku().epilogue, bias ? "bias" : "none");
+        const PrecisionGuarantee& g = p->precision();
+        EXPECT_EQ(g.math, DType::s32);
+        EXPECT_EQ(g.accumulator, DType::s32);
+        EXPECT_TRUE(g.deterministic);
+        EXPECT_TRUE(g.bit_stable);
+        EXPECT_NE(g.note.find("int32 exact accumulation (no split-K)"), std::string::npos) << g.note;
+        EXPECT_NE(g.note.find("one rounding to " + std::string(name(o))), std::string::npos) << g.note;
+        EXPECT_NE(g.note.find(mode == GemmScaleMode::PerRowCol ? "per-row (A) and per-column (B)" : "per-tensor"),
+                  std::string::npos)
+            << g.note;
+        EXPECT_EQ(p->workspace_size() % 256, 0u);
+      }
+    }
+  }
+}
+
+TEST(GemmInt8Scaled, TileChoiceByShape) {
+  if (!cutlass_built()) GTEST_SKIP() << "built without CUTLASS";
+  auto layout = [](int64_t m, int64_t n, int64_t k) {
+    auto p = GemmPlan::select(kOff, int8_desc(DType::bf16, m, n, k));
+    EXPECT_TRUE(p.ok()) << p.message();
+    return p.ok() ? p->sku().layout : std::string();
+  };
+  const std::string big = "128x256x128", small = "64x128x128";
+  EXPECT_NE(layout(8192, 8192, 8192).find(big), std::string::npos);
+  EXPECT_NE(layout(1024, 4096, 4096).find(big), std::string::npos);    // 128 large tiles: about a wave
+  EXPECT_NE(layout(1, 4096, 4096).find(small), std::string::npos);     // decode
+  EXPECT_NE(layout(64, 8192, 8192).find(small), std::string::npos);    // m <= 64 always takes 64-row tiles
+  EXPECT_NE(layout(128, 14336, 4096).find(small), std::string::npos);  // 56 large tiles < half the SMs
+  // The choice never changes the numbers: both are bit-stable.
+  PlanPreference stable;
+  stable.require_bit_stable = true;
+  stable.require_deterministic = true;
+  EXPECT_TRUE(GemmPlan::select(kOff, int8_desc(DType::f16, 33, 64, 64), stable).ok());
+}
+
+TEST(GemmInt8Scaled, DescriptorRefusals) {
+  // Independent of CUTLASS: what the int8 -> floating D contract excludes.
+  GemmDesc d = int8_desc(DType::bf16, 64, 64, 64);
+  d.alpha = 2.0;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::Unsupported, "int8 -> bfloat16 GEMM expected alpha = 1",
+                    "a_scale / b_scale");
+  d = int8_desc(DType::bf16, 64, 64, 64);
+  d.beta = 1.0;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::Unsupported, "beta = 0", "beta=1");
+  d = int8_desc(DType::bf16, 64, 64, 64, GemmScaleMode::PerRowCol, true);
+  d.act = GemmActivation::Relu;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::Unsupported, "epilogues are not supported with int8",
+                    "forward bias only");
+  d = int8_desc(DType::s32, 64, 64, 64);  // int8 -> int32 keeps per-tensor, unscaled cuBLASLt
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::Unsupported, "scale_mode=per_row_col applies to",
+                    "int8 -> int32");
+  d = int8_desc(DType::s32, 64, 64, 64, GemmScaleMode::PerTensor, true);
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, d), Status::Unsupported, "real floating D", "int32");
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::s8, DType::f64, 64, 64, 64, false, true)),
+                    Status::Unsupported, "D dtype for int8 inputs expected int32, bfloat16, float16 or float32",
+                    "float64");
+  // Forcing cuBLASLt for int8 -> bf16 names the missing variant; forcing CUTLASS elsewhere is refused.
+  PlanPreference lt;
+  lt.backend = Backend::CuBlasLt;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, int8_desc(DType::bf16, 64, 64, 64), lt), Status::Unsupported,
+                    "cublaslt: int8 -> bfloat16 has no cuBLASLt variant on Hopper", "cutlass-int8: backend=cublaslt");
+  PlanPreference cut;
+  cut.backend = Backend::Cutlass;
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::bf16, 64, 64, 64, false, true), cut),
+                    Status::Unsupported, "small-m: backend=cutlass requested",
+                    "cutlass-int8: serves int8 x int8 -> bfloat16, float16 or float32, got bfloat16 -> bfloat16",
+                    "cublaslt: backend=cutlass requested");
+  EXPECT_FAILS_WITH(GemmPlan::select(kOff, GemmDesc::dense(DType::s8, DType::s32, 64, 64, 64, false, true), cut),
+                    Status::Unsupported, "got int8 -> int32");
+}
+
+TEST(GemmInt8Scaled, KernelRefusals) {
+  if (!cutlass_built()) GTEST_SKIP() << "built without CUTLASS";
+  auto refuses = [](const GemmDesc& d, const std::string& why, const Target& t = kOff) {
+    EXPECT_FAILS_WITH(GemmPlan::select(t, d), Status::Unsupported, "cutlass-int8: " + why);
+  };
+  refuses(int8_desc(DType::bf16, 64, 64, 40), "k expected a multiple of 16 (16-byte TMA rows of int8 A and B), got 40");
+  refuses(int8_desc(DType::bf16, 64, 12, 64), "n expected a multiple of 8 for a bfloat16 D (16-byte TMA rows), got 12");
+  refuses(int8_desc(DType::f16, 64, 100, 64), "n expected a multiple of 8 for a float16 D");
+  refuses(int8_desc(DType::f32, 64, 10, 64), "n expected a multiple of 4 for a float32 D");
+  EXPECT_TRUE(GemmPlan::select(kOff, int8_desc(DType::f32, 64, 12, 64)).ok());
+  refuses(int8_desc(DType::bf16, 64, 64, 64), "needs sm_90", Target::offline(80));
+  refuses(int8_desc(DType::bf16, 64, 64, 64), "needs sm_90 (the kernel is built for sm_90a: TMA + WGMMA), got sm_100",
+          Target::offline(100));
+  GemmDesc d = GemmDesc::dense(DType::s8, DType::bf16, 8, 64, 64, false, true, 2);
+  refuses(d, "batch expected 1 (no batched variant: fold the batch into m), got 2");
+  d = int8_desc(DType::bf16, 64, 64, 64);
+  d.direction = Direction::Backward;
+  refuses(d, "forward only");
+  refuses(GemmDesc::dense(DType::s8, DType::bf16, 64, 64, 64, true, true), "A expected K-contiguous");
+  d = GemmDesc::dense(DType::s8, DType::bf16, 64, 64, 64);  // B row-major [k, n]: N-contiguous
+  d.scale_mode = GemmScaleMode::PerRowCol;
+  refuses(d, "B expected K-contiguous (stored [n, k] row-major");
+  d = int8_desc(DType::bf16, 64, 64, 64);
+  d.a.row = 72;  // a padded leading dimension that breaks 16-byte rows
+  refuses(d, "A row stride expected a multiple of 16 elements (TMA), got 72");
+  d = int8_desc(DType::bf16, 64, 64, 64);
+  d.b.col = 88;
+  refuses(d, "B column stride (row stride of the stored [n, k]) expected a multiple of 16 elements (TMA), got 88");
+  d = int8_desc(DType::bf16, 64, 64, 64);
+  d.a.row = 80, d.b.col = 96;  // padded but 16-byte rows: fine
+  EXPECT_TRUE(GemmPlan::select(kOff, d).ok());
+  d = int8_desc(DType::bf16, 64, 64, 64);
+  d.c = d.d = MatrixStrides::col_major(64);
+  refuses(d, "D expected row-major [m, n]");
+  d = int8_desc(DType::bf16, 64, 64, 64);
+  d.c = d.d = MatrixStrides::row_major(64, 68);
+  refuses(d, "D row stride expected a multiple of 8 elements (16 bytes, TMA), got 68");
+  d = int8_desc(DType::bf16, 64, 64, 64);
+  d.align[1] = 8;
+  refuses(d, "A, B and D expected 16-byte aligned pointers (TMA), got align (16, 8, 16)");
+  // Empty problems and k = 0 (the bias alone, written natively) are accepted; so is one row.
+  EXPECT_TRUE(GemmPlan::select(kOff, int8_desc(DType::bf16, 0, 64, 64)).ok());
+  EXPECT_TRUE(GemmPlan::select(kOff, int8_desc(DType::bf16, 64, 64, 0, GemmScaleMode::PerTensor, true)).ok());
+  d = int8_desc(DType::bf16, 1, 64, 32);
+  d.a.row = 5;  // a single row: its stride never matters
+  EXPECT_TRUE(GemmPlan::select(kOff, d).ok());
+}
+
+TEST(GemmInt8Scaled, CanImplement) {
+  if (!cutlass_built()) GTEST_SKIP() << "built without CUTLASS";
+  GemmDesc d = int8_desc(DType::bf16, 64, 32, 128, GemmScaleMode::PerRowCol, true);
+  auto p = GemmPlan::select(kOff, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  const GemmArgs a = int8_args(d);
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  GemmArgs bad = a;
+  bad.a_scale = TensorRef{};
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "gemm: a_scale expected [64] float32 (per_row_col)");
+  bad = a;
+  bad.b_scale = make_ref(fake_ptr(10), DType::f32, {1});
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "b_scale expected 32 contiguous float32");
+  bad = a;
+  bad.b_scale.dtype = DType::bf16;
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "b_scale dtype expected float32, got bfloat16");
+  bad = a;
+  bad.a_scale.data = fake_ptr(9, 4);
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::MisalignedOperand, "a_scale pointer expected 16-byte aligned");
+  bad = a;
+  bad.bias.dtype = DType::f32;
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "bias dtype expected bfloat16, got float32");
+  bad = a;
+  bad.bias.data = fake_ptr(4, 2);  // element-aligned bias is enough (loaded element-wise)
+  EXPECT_TRUE(p->can_implement(bad).ok()) << p->can_implement(bad).message();
+  bad = a;
+  bad.amax_d = make_mut(fake_ptr(11), DType::f32, {1});
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "amax_d expected absent for int8 inputs");
+  bad = a;
+  bad.d.dtype = DType::f16;
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "D dtype expected bfloat16, got float16");
+  bad = a;
+  bad.d.data = fake_ptr(9, 32);  // D over a_scale
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "D overlaps a_scale");
+  EXPECT_FAILS_WITH(p->run(nullptr, {}, bad), Status::InvalidProblem, "D overlaps a_scale");  // before any launch
+  // Per-tensor: [1] each, or absent (= 1).
+  d = int8_desc(DType::f32, 64, 32, 128, GemmScaleMode::PerTensor);
+  p = GemmPlan::select(kOff, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  GemmArgs pt = int8_args(d);
+  EXPECT_TRUE(p->can_implement(pt).ok()) << p->can_implement(pt).message();
+  pt.a_scale = pt.b_scale = TensorRef{};
+  EXPECT_TRUE(p->can_implement(pt).ok());
+  pt.a_scale = make_ref(fake_ptr(9), DType::f32, {64});
+  EXPECT_FAILS_WITH(p->can_implement(pt), Status::InvalidProblem, "a_scale expected 1 contiguous float32");
+  // int8 -> int32 still takes no scales.
+  auto q = GemmPlan::select(kOff, GemmDesc::dense(DType::s8, DType::s32, 64, 32, 128, false, true));
+  ASSERT_TRUE(q.ok());
+  GemmArgs i32 = int8_args(GemmDesc::dense(DType::s8, DType::s32, 64, 32, 128, false, true));
+  EXPECT_FAILS_WITH(q->can_implement(i32), Status::InvalidProblem, "expected absent for int8 -> int32");
 }
 
 }  // namespace

@@ -23,7 +23,20 @@
 // backward is two backward GEMMs: dX = dY*W and dW = dY^T*X with bgrad = OfA (db = sum of dY).
 //
 // Low precision: fp8 (e4m3/e5m2) A and B with f32 scales (per tensor, or per row of A and column
-// of B) and a bf16/f16/f32 D, optional amax of D; int8 x int8 -> int32. Both need A and B
+// of B) and a bf16/f16/f32 D, optional amax of D; int8 x int8 -> int32 (cuBLASLt); int8 x int8 ->
+// bf16/f16/f32 with f32 scales and an optional bias (CUTLASS, sm_90, W8A8 linear layers):
+//
+//   GemmDesc d = GemmDesc::dense(DType::s8, DType::bf16, m, n, k, false, true);  // B stored [n,k]
+//   d.scale_mode = GemmScaleMode::PerRowCol;  // a_scale [m], b_scale [n] f32 (PerTensor: [1] each)
+//   d.bias = true;                            // bias [n], D's dtype
+//   D[i,j] = a_scale[i] * b_scale[j] * sum_k A[i,k] B[k,j] + bias[j]
+//
+// The int32 accumulation is exact; the epilogue computes ((f32(acc) * a_scale) * b_scale) + bias in
+// f32, each operation rounded (no FMA), then rounds once to D's dtype: deterministic and
+// bit-stable (no split-K; the tile choice never changes a bit). Requirements: A row-major and B
+// stored [n, k] row-major (both K-contiguous), k % 16 == 0, n % 8 == 0 for a 16-bit D (n % 4 for
+// f32), row strides of A/B multiples of 16 elements and of D 16 bytes, 16-byte aligned A, B, D,
+// batch 1, alpha = 1, beta = 0, forward, no activation. Low precision always needs A and B
 // K-contiguous.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -50,9 +63,9 @@ const char* to_string(GemmActivation a);
 enum class GemmBiasGrad : uint8_t { None, OfD, OfA, OfB };
 const char* to_string(GemmBiasGrad b);
 
-/// How fp8 scales apply. PerTensor: one f32 each for A and B. PerRowCol (Hopper's "outer vector"
-/// scaling): a_scale has m values (row i of op(A)), b_scale has n values (column j of op(B)), and
-/// D[i, j] = a_scale[i] * b_scale[j] * sum_k A[i, k] B[k, j].
+/// How fp8 (and int8 -> floating D) scales apply. PerTensor: one f32 each for A and B.
+/// PerRowCol (Hopper's "outer vector" scaling): a_scale has m values (row i of op(A)), b_scale has
+/// n values (column j of op(B)), and D[i, j] = a_scale[i] * b_scale[j] * sum_k A[i, k] B[k, j].
 enum class GemmScaleMode : uint8_t { PerTensor, PerRowCol };
 
 /// Element strides of one logical matrix of a (batched) problem.
@@ -80,7 +93,7 @@ struct GemmDesc {
   bool bias = false;                                    ///< forward only: + bias[n]
   bool aux = false;                                     ///< forward only: write the pre-activation
   GemmBiasGrad bgrad = GemmBiasGrad::None;              ///< backward only
-  GemmScaleMode scale_mode = GemmScaleMode::PerTensor;  ///< fp8 only
+  GemmScaleMode scale_mode = GemmScaleMode::PerTensor;  ///< fp8, and int8 -> floating D
   /// Pointer alignment (bytes, a power of two) the caller guarantees for A, B, C, D: kernels are
   /// chosen for it and can_implement refuses pointers that break it.
   std::array<uint16_t, 4> align{16, 16, 16, 16};
@@ -106,9 +119,9 @@ struct GemmArgs {
   TensorMut aux;
   TensorRef aux_in;
   TensorMut bgrad;
-  /// fp8 only: dequantization scales of A and B, contiguous float32 ([1] each, or [m] and [n] with
-  /// GemmScaleMode::PerRowCol; absent = 1 for per-tensor), and amax_d ([1] float32, optional),
-  /// which receives max|D|.
+  /// fp8, and int8 with a floating D: dequantization scales of A and B, contiguous 16-byte aligned
+  /// float32 ([1] each, or [m] and [n] with GemmScaleMode::PerRowCol; absent = 1 for per-tensor);
+  /// fp8 only: amax_d ([1] float32, optional), which receives max|D|.
   TensorRef a_scale, b_scale;
   TensorMut amax_d;
 };
@@ -120,14 +133,16 @@ struct GemmState;  // backend state (cuBLASLt descriptors and algorithm), shared
 class GemmPlan {
  public:
   /// Validates the descriptor and chooses an implementation: the small-M streaming kernel
-  /// (f16/bf16, m <= 16, K-contiguous A and B, no aux/bgrad) before cuBLASLt. With a device
+  /// (f16/bf16, m <= 16, K-contiguous A and B, no aux/bgrad), then the CUTLASS int8 kernel (int8 ->
+  /// floating D only; its SKU names the tile: 128x256x128 with a 2x1 cluster for large problems,
+  /// 64x128x128 for m <= 64 or too few large tiles to fill half the SMs), then cuBLASLt. With a device
   /// target the cuBLASLt heuristic runs here and its algorithm is kept; offline (device < 0)
   /// everything is validated and the query waits for the first run.
-  /// Preferences: backend Native or CuBlasLt forces that path (refused if it cannot serve);
+  /// Preferences: backend Native, Cutlass or CuBlasLt forces that path (refused if it cannot serve);
   /// tf32 Require = TF32 for f32 (refused for other dtypes), else IEEE f32;
   /// reduced_precision_reduction Require = f16 accumulation (f16 only), Forbid/Default = f32;
   /// require_deterministic = no atomics-based split-K reductions; require_bit_stable is met by the
-  /// native kernels only (cuBLASLt's choice depends on the device); vectorized=Forbid is refused
+  /// native and CUTLASS kernels only (cuBLASLt's choice depends on the device); vectorized=Forbid is refused
   /// (both paths are inherently vectorized).
   static Result<GemmPlan> select(const Target& target, const GemmDesc& desc, const PlanPreference& pref = {});
   size_t workspace_size() const { return workspace_bytes_; }
@@ -141,13 +156,14 @@ class GemmPlan {
   const PrecisionGuarantee& precision() const { return sku_.precision; }
   const GemmDesc& desc() const { return desc_; }
 
-  enum class Path : uint8_t { SmallM, CuBlasLt };
+  enum class Path : uint8_t { SmallM, CutlassInt8, CuBlasLt };
 
  private:
   GemmDesc desc_;
   Target target_;
   KernelSku sku_;
   Path path_ = Path::CuBlasLt;
+  uint8_t cutlass_tile_ = 0;     ///< CutlassInt8: the tile configuration chosen by shape
   bool fused_epilogue_ = false;  ///< cuBLASLt applies bias/act/aux/bgrad itself
   bool tf32_ = false, f16_accumulate_ = false, deterministic_ = false;
   size_t workspace_bytes_ = 0;

@@ -1,6 +1,7 @@
 // The GEMM family's coverage rows: every dtype combination select() accepts for the target,
 // forward and backward, once per backend that can serve it (cuBLASLt for the general problem,
-// the native small-M kernel for decode shapes). Probed with small dense descriptors.
+// CUTLASS for int8 -> floating D on sm_90, the native small-M kernel for decode shapes). Probed
+// with small dense descriptors.
 #include "baracuda/core/coverage.hpp"
 #include "baracuda/ops/gemm.hpp"
 
@@ -28,6 +29,7 @@ void gemm_coverage(const Target& target, std::vector<CoverageRow>& rows) {
         GemmDesc d = GemmDesc::dense(a, out, 64, 64, 64, false, true);
         d.b_dtype = b;
         probe(d, Backend::CuBlasLt);
+        probe(d, Backend::Cutlass);
         d.m = 4;
         d.a = MatrixStrides::row_major(64);
         d.c = d.d = MatrixStrides::row_major(64);

@@ -1,6 +1,7 @@
 // Internal interfaces of the GEMM family: the column-major normal form that cuBLASLt consumes,
-// the native kernels' launchers (gemm_kernels.cu) and the cuBLASLt backend (gemm_cublaslt.cpp,
-// the only file of the family that includes cublasLt.h).
+// the native kernels' launchers (gemm_kernels.cu), the CUTLASS int8 kernels
+// (gemm_cutlass_int8_<dtype>.cu, the only files of the family that include CUTLASS) and the
+// cuBLASLt backend (gemm_cublaslt.cpp, the only file of the family that includes cublasLt.h).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -107,6 +108,63 @@ struct GroupedParams {
 };
 inline constexpr int kGroupedTileM = 64, kGroupedTileN = 64;
 cudaError_t launch_grouped(const GroupedParams& p, cudaStream_t s);
+
+// ---- CUTLASS int8 GEMM with a scale epilogue (gemm_cutlass_int8.cuh, gemm_cutlass_int8_<d>.cu) ----
+/// D[i, j] = a_scale[i] * b_scale[j] * sum_k A[i, k] B[k, j] (+ bias[j]) on Hopper tensor cores
+/// (CUTLASS 3.x sm90 warp-specialized: TMA loads, WGMMA int8 x int8 -> int32, persistent). The
+/// int32 accumulator is exact; the epilogue converts it to f32 and computes
+/// ((acc * a_scale) * b_scale) + bias with one rounding per operation (no FMA contraction), then
+/// rounds once to D's dtype, so the result does not depend on the tile configuration.
+/// One CTA tile configuration of the kernel; the CUTLASS TUs build their types from this table.
+struct CutlassInt8Tile {
+  int m, n, k;               ///< CTA tile
+  int cluster_m, cluster_n;  ///< thread-block cluster (TMA multicast of the operand shared along it)
+  bool cooperative;          ///< two consumer warp groups split one tile (else ping-pong: a tile each)
+  int max_swizzle;           ///< persistent scheduler's tile swizzle (L2 reuse between concurrent tiles)
+  const char* name;          ///< for the SKU
+};
+/// [0] large problems: the 128x256 tile keeps a 64x256 int32 accumulator per consumer warp group
+/// (128 registers a thread), the 2x1 cluster multicasts the 256-wide B tile to both CTAs, and a
+/// swizzle of 8 makes the tiles that run concurrently share A rows and B columns in L2.
+/// [1] small M (m <= 64) or too few large tiles to fill the device: 64-row tiles, ping-pong so one
+/// warp group's epilogue overlaps the other's MMAs.
+inline constexpr CutlassInt8Tile kCutlassInt8Tiles[] = {
+    {128, 256, 128, 2, 1, true, 8, "128x256x128 cluster 2x1x1 warp-specialized cooperative persistent"},
+    {64, 128, 128, 1, 1, false, 1, "64x128x128 cluster 1x1x1 warp-specialized ping-pong persistent"},
+};
+inline constexpr int kCutlassInt8Large = 0, kCutlassInt8SmallM = 1;
+
+/// One launch: TN problem (A [m, k] row-major, B stored [n, k] row-major like torch's linear
+/// weight, D [m, n] row-major), batch 1. Strides in elements.
+struct CutlassInt8Params {
+  int config = kCutlassInt8Large;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* d = nullptr;
+  int64_t ldd = 0;
+  const float* a_scale = nullptr;  ///< [m] when a_vector, else [1]; null = 1
+  bool a_vector = false;
+  const float* b_scale = nullptr;  ///< [n] when b_vector, else [1]; null = 1
+  bool b_vector = false;
+  const void* bias = nullptr;  ///< [n] of D's dtype; null = none
+  int device = 0;              ///< the current device at launch
+  int sm_count = 0;            ///< 0: asked from the device at launch
+};
+/// The kernels of one output dtype (bf16, f16, f32), explicitly instantiated in
+/// gemm_cutlass_int8_<dtype>.cu. `built` is false when the library was compiled without the
+/// CUTLASS headers (the functions are then null).
+struct CutlassInt8Kernels {
+  bool built = false;
+  /// CUTLASS's own can_implement on the shapes and strides (pointers unused).
+  bool (*implementable)(const CutlassInt8Params&) = nullptr;
+  size_t (*workspace)(const CutlassInt8Params&) = nullptr;
+  cudaError_t (*launch)(const CutlassInt8Params&, void* ws, cudaStream_t) = nullptr;
+};
+template <DType D>
+CutlassInt8Kernels cutlass_int8_kernels();
 
 // ---- cuBLASLt backend (gemm_cublaslt.cpp) ------------------------------------------------------
 struct CublasConfig {

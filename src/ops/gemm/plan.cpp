@@ -1,6 +1,6 @@
-// GemmPlan: descriptor validation, the implementation list (small-M kernel, cuBLASLt), argument
-// checks and the launch sequence (GEMM, then the native epilogue / bias-gradient reduction when
-// cuBLASLt cannot fuse them).
+// GemmPlan: descriptor validation, the implementation list (small-M kernel, CUTLASS int8 with a
+// scale epilogue, cuBLASLt), argument checks and the launch sequence (GEMM, then the native
+// epilogue / bias-gradient reduction when cuBLASLt cannot fuse them).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -92,6 +92,8 @@ bool is_fp8(DType t) { return t == DType::f8e4m3 || t == DType::f8e5m2; }
 bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
 bool is_real_float(DType t) { return t == DType::f64 || t == DType::f32 || is_half(t); }
 bool is_low_precision(const GemmDesc& d) { return is_fp8(d.a_dtype) || d.a_dtype == DType::s8; }
+/// int8 x int8 -> a floating D (scaled in the epilogue): the CUTLASS variant.
+bool is_int8_scaled(const GemmDesc& d) { return d.a_dtype == DType::s8 && is_real_float(d.d_dtype); }
 
 /// The highest offset (elements) + 1 a [batch, rows, cols] view reaches; nullopt on overflow.
 std::optional<int64_t> span_of(int64_t batch, int64_t rows, int64_t cols, const MatrixStrides& s) {
@@ -213,7 +215,8 @@ Result<void> check_dtypes(const std::string& op, const GemmDesc& d) {
     return {};
   }
   if (a == DType::s8 && b == DType::s8) {
-    if (o != DType::s32) return unsupported(op + ": D dtype for int8 inputs expected int32, got " + dt(o));
+    if (o != DType::s32 && o != DType::bf16 && o != DType::f16 && o != DType::f32)
+      return unsupported(op + ": D dtype for int8 inputs expected int32, bfloat16, float16 or float32, got " + dt(o));
     return {};
   }
   if (a != b) return unsupported(op + ": A and B dtypes expected equal, got " + dt(a) + " and " + dt(b));
@@ -230,8 +233,12 @@ Result<void> check_epilogue(const std::string& op, const GemmDesc& d) {
   if (any_epi && !is_real_float(d.d_dtype))
     return unsupported(op + ": epilogues (bias, activation, aux, bias gradient) need a real floating D, got " +
                        dt(d.d_dtype));
-  if (any_epi && is_low_precision(d))
-    return unsupported(op + ": epilogues are not supported with " + dt(d.a_dtype) + " inputs");
+  // int8 -> floating D fuses a bias into its scale epilogue (CUTLASS); nothing else.
+  const bool int8_bias_only =
+      is_int8_scaled(d) && fw && d.act == GemmActivation::None && !d.aux && d.bgrad == GemmBiasGrad::None;
+  if (any_epi && is_low_precision(d) && !int8_bias_only)
+    return unsupported(op + ": epilogues are not supported with " + dt(d.a_dtype) + " inputs" +
+                       (is_int8_scaled(d) ? " (int8 -> floating D takes a forward bias only)" : ""));
   if (fw) {
     if (d.bgrad != GemmBiasGrad::None)
       return invalid(op + ": bgrad expected none in the forward direction, got " + to_string(d.bgrad));
@@ -255,8 +262,13 @@ Result<void> check_desc(const std::string& op, const GemmDesc& d) {
   }
   BARACUDA_TRY(check_dtypes(op, d));
   BARACUDA_TRY(check_epilogue(op, d));
-  if (d.scale_mode != GemmScaleMode::PerTensor && !is_fp8(d.a_dtype))
-    return unsupported(op + ": scale_mode=per_row_col applies to fp8 inputs, got " + dt(d.a_dtype));
+  if (d.scale_mode != GemmScaleMode::PerTensor && !is_fp8(d.a_dtype) && !is_int8_scaled(d))
+    return unsupported(op + ": scale_mode=per_row_col applies to fp8 inputs or int8 inputs with a floating D, got " +
+                       dt(d.a_dtype) + " -> " + dt(d.d_dtype));
+  if (is_int8_scaled(d) && (d.alpha != 1.0 || d.beta != 0.0))
+    return unsupported(op + ": int8 -> " + dt(d.d_dtype) +
+                       " GEMM expected alpha = 1 and beta = 0 (scale through a_scale / b_scale), got alpha=" +
+                       std::to_string(d.alpha) + ", beta=" + std::to_string(d.beta));
   if (!std::isfinite(d.alpha) || !std::isfinite(d.beta))
     return invalid(op + ": alpha and beta expected finite, got " + std::to_string(d.alpha) + " and " +
                    std::to_string(d.beta));
@@ -290,8 +302,9 @@ Result<void> check_desc(const std::string& op, const GemmDesc& d) {
 }
 
 Result<void> check_general_prefs(const std::string& op, const GemmDesc& d, const PlanPreference& p) {
-  if (p.backend != Backend::Any && p.backend != Backend::Native && p.backend != Backend::CuBlasLt)
-    return unsupported(op + ": backend expected any, native or cublaslt, got " + to_string(p.backend));
+  if (p.backend != Backend::Any && p.backend != Backend::Native && p.backend != Backend::CuBlasLt &&
+      p.backend != Backend::Cutlass)
+    return unsupported(op + ": backend expected any, native, cublaslt or cutlass, got " + to_string(p.backend));
   if (p.tf32 == Tristate::Require && d.a_dtype != DType::f32)
     return unsupported(op + ": tf32=Require applies to float32 GEMMs, got " + dt(d.a_dtype));
   if (p.reduced_precision_reduction == Tristate::Require && d.a_dtype != DType::f16)
@@ -323,7 +336,8 @@ struct GemmImpl {
 Result<void> small_m_accepts(const Ctx& c) {
   const GemmDesc& d = c.d;
   const std::string why = "small-m: ";
-  if (c.p.backend == Backend::CuBlasLt) return unsupported(why + "backend=cublaslt requested");
+  if (c.p.backend == Backend::CuBlasLt || c.p.backend == Backend::Cutlass)
+    return unsupported(why + "backend=" + to_string(c.p.backend) + " requested");
   if (!is_half(d.a_dtype) || d.a_dtype != d.d_dtype)
     return unsupported(why + "dtype expected float16 or bfloat16, got " + dt(d.a_dtype));
   if (d.m > detail::kSmallMMax)
@@ -357,7 +371,12 @@ Result<void> small_m_accepts(const Ctx& c) {
 Result<void> cublaslt_accepts(const Ctx& c) {
   const GemmDesc& d = c.d;
   const std::string why = "cublaslt: ";
-  if (c.p.backend == Backend::Native) return unsupported(why + "backend=native requested");
+  if (c.p.backend == Backend::Native || c.p.backend == Backend::Cutlass)
+    return unsupported(why + "backend=" + to_string(c.p.backend) + " requested");
+  if (is_int8_scaled(d))
+    return unsupported(why + "int8 -> " + dt(d.d_dtype) +
+                       " has no cuBLASLt variant on Hopper (no int8 outer-vector scaling); the CUTLASS kernel "
+                       "serves it");
   if (c.p.require_bit_stable)
     return unsupported(why + "require_bit_stable: the heuristic's algorithm depends on the device");
   if (is_low_precision(d)) {
@@ -377,8 +396,107 @@ Result<void> cublaslt_accepts(const Ctx& c) {
   return {};
 }
 
+// ---- CUTLASS int8 x int8 -> f32 / bf16 / f16 with per-row x per-column scales -----------------------
+/// The kernels of each output dtype (gemm_cutlass_int8_<dtype>.cu).
+struct CutlassInt8Entry {
+  DType d;
+  detail::CutlassInt8Kernels (*kernels)();
+};
+constexpr CutlassInt8Entry kCutlassInt8[] = {
+    {DType::bf16, &detail::cutlass_int8_kernels<DType::bf16>},
+    {DType::f16, &detail::cutlass_int8_kernels<DType::f16>},
+    {DType::f32, &detail::cutlass_int8_kernels<DType::f32>},
+};
+detail::CutlassInt8Kernels cutlass_int8_for(DType d) {
+  for (const CutlassInt8Entry& e : kCutlassInt8)
+    if (e.d == d) return e.kernels();
+  return {};
+}
+
+/// The large tile when the problem is tall enough for it and gives at least half a wave of large
+/// tiles; otherwise the 64-row tile (decode and small batches, or narrow problems where the large
+/// tile would leave most SMs idle).
+int cutlass_int8_config(const GemmDesc& d, int num_sms) {
+  const detail::CutlassInt8Tile& big = detail::kCutlassInt8Tiles[detail::kCutlassInt8Large];
+  const int64_t tiles = (d.m + big.m - 1) / big.m * ((d.n + big.n - 1) / big.n);
+  return d.m > detail::kCutlassInt8Tiles[detail::kCutlassInt8SmallM].m && 2 * tiles >= num_sms
+             ? detail::kCutlassInt8Large
+             : detail::kCutlassInt8SmallM;
+}
+
+/// The TN problem as the kernel sees it (no pointers). A single row's stride is irrelevant to the
+/// product but enters the TMA descriptor, so it is normalized to the dense row length.
+detail::CutlassInt8Params cutlass_int8_params(const GemmDesc& d, int config) {
+  detail::CutlassInt8Params p;
+  p.config = config;
+  p.m = d.m, p.n = d.n, p.k = d.k;
+  p.lda = d.m <= 1 ? d.k : d.a.row;
+  p.ldb = d.n <= 1 ? d.k : d.b.col;
+  p.ldd = d.m <= 1 ? d.n : d.d.row;
+  p.a_vector = p.b_vector = d.scale_mode == GemmScaleMode::PerRowCol;
+  return p;
+}
+
+Result<void> cutlass_int8_accepts(const Ctx& c) {
+  const GemmDesc& d = c.d;
+  const std::string why = "cutlass-int8: ";
+  if (c.p.backend == Backend::Native || c.p.backend == Backend::CuBlasLt)
+    return unsupported(why + "backend=" + to_string(c.p.backend) + " requested");
+  if (!is_int8_scaled(d))
+    return unsupported(why + "serves int8 x int8 -> bfloat16, float16 or float32, got " + dt(d.a_dtype) + " -> " +
+                       dt(d.d_dtype));
+  const detail::CutlassInt8Kernels kern = cutlass_int8_for(d.d_dtype);
+  if (!kern.built)
+    return unsupported(why +
+                       "baracuda was built without CUTLASS (pip install nvidia-cutlass, or configure with "
+                       "-DBARACUDA_CUTLASS_DIR=<dir holding cutlass/cutlass.h>; BARACUDA_CUDA_ARCHS must include 90a)");
+  if (c.t.sm != 90)
+    return unsupported(why + "needs sm_90 (the kernel is built for sm_90a: TMA + WGMMA), got sm_" +
+                       std::to_string(c.t.sm));
+  if (d.direction != Direction::Forward) return unsupported(why + "forward only, got the backward direction");
+  if (d.batch != 1)
+    return unsupported(why + "batch expected 1 (no batched variant: fold the batch into m), got " + str(d.batch));
+  if (d.k % 16 != 0)
+    return unsupported(why + "k expected a multiple of 16 (16-byte TMA rows of int8 A and B), got " + str(d.k));
+  const int64_t vec = 16 / static_cast<int64_t>(size_in_bytes(d.d_dtype));
+  if (d.n % vec != 0)
+    return unsupported(why + "n expected a multiple of " + str(vec) + " for a " + dt(d.d_dtype) +
+                       " D (16-byte TMA rows), got " + str(d.n));
+  if (d.m == 0 || d.n == 0 || d.k == 0) return {};  // nothing launches (k = 0 writes the bias natively)
+  const detail::CutlassInt8Params p = cutlass_int8_params(d, cutlass_int8_config(d, c.t.num_sms));
+  if (d.a.col != 1)
+    return unsupported(why + "A expected K-contiguous (row-major [m, k]), got strides (" + str(d.a.row) + ", " +
+                       str(d.a.col) + ")");
+  if (p.lda % 16 != 0)
+    return unsupported(why + "A row stride expected a multiple of 16 elements (TMA), got " + str(p.lda));
+  if (d.b.row != 1 && d.k > 1)
+    return unsupported(why +
+                       "B expected K-contiguous (stored [n, k] row-major like torch linear's weight, logical "
+                       "strides (1, ldb)), got strides (" +
+                       str(d.b.row) + ", " + str(d.b.col) + ")");
+  if (p.ldb % 16 != 0)
+    return unsupported(why +
+                       "B column stride (row stride of the stored [n, k]) expected a multiple of 16 elements "
+                       "(TMA), got " +
+                       str(p.ldb));
+  if (d.d.col != 1 && d.n > 1)
+    return unsupported(why + "D expected row-major [m, n], got strides (" + str(d.d.row) + ", " + str(d.d.col) + ")");
+  if (p.ldd % vec != 0)
+    return unsupported(why + "D row stride expected a multiple of " + str(vec) + " elements (16 bytes, TMA), got " +
+                       str(p.ldd));
+  if (d.align[0] < 16 || d.align[1] < 16 || d.align[3] < 16)
+    return unsupported(why + "A, B and D expected 16-byte aligned pointers (TMA), got align (" +
+                       std::to_string(d.align[0]) + ", " + std::to_string(d.align[1]) + ", " +
+                       std::to_string(d.align[3]) + ")");
+  if (!kern.implementable(p))
+    return unsupported(why + "CUTLASS can_implement refused m=" + str(p.m) + " n=" + str(p.n) + " k=" + str(p.k) +
+                       " lda=" + str(p.lda) + " ldb=" + str(p.ldb) + " ldd=" + str(p.ldd));
+  return {};
+}
+
 constexpr GemmImpl kImpls[] = {
     {"small-m", GemmPlan::Path::SmallM, &small_m_accepts},
+    {"cutlass-int8", GemmPlan::Path::CutlassInt8, &cutlass_int8_accepts},
     {"cublaslt", GemmPlan::Path::CuBlasLt, &cublaslt_accepts},
 };
 
@@ -471,7 +589,8 @@ struct GemmPlanAccess {
     p.f16_accumulate_ = pref.reduced_precision_reduction == Tristate::Require;
     p.deterministic_ = pref.require_deterministic;
     const bool small = p.path_ == GemmPlan::Path::SmallM;
-    p.fused_epilogue_ = small || can_fuse(desc, *cm);
+    const bool cutlass = p.path_ == GemmPlan::Path::CutlassInt8;
+    p.fused_epilogue_ = small || cutlass || can_fuse(desc, *cm);
 
     KernelSku& s = p.sku_;
     s.category = "gemm";
@@ -479,11 +598,14 @@ struct GemmPlanAccess {
     s.dtypes = desc.a_dtype == desc.b_dtype ? dt(desc.a_dtype) : dt(desc.a_dtype) + "," + dt(desc.b_dtype);
     s.dtypes += "->" + dt(desc.d_dtype);
     s.arch = target.sm >= 90 ? "sm_90a" : "sm_80";
-    s.backend = small ? Backend::Native : Backend::CuBlasLt;
+    s.backend = small ? Backend::Native : cutlass ? Backend::Cutlass : Backend::CuBlasLt;
     s.precision.math = math_dtype(desc);
     s.precision.accumulator = p.f16_accumulate_ ? DType::f16 : math_dtype(desc);
-    s.precision.deterministic = small || p.deterministic_;
-    s.precision.bit_stable = small;
+    // The native kernels fix their reduction order by the problem alone; the CUTLASS int8 kernel
+    // accumulates exactly in int32 (no split-K) and scales element-wise, so neither its tile
+    // choice nor the device changes a bit.
+    s.precision.deterministic = small || cutlass || p.deterministic_;
+    s.precision.bit_stable = small || cutlass;
     std::string note;
     if (p.tf32_) note = "tf32 inputs (10-bit mantissa), f32 accumulation";
     if (desc.act == GemmActivation::GeluTanh) note += std::string(note.empty() ? "" : "; ") + "gelu tanh approximation";
@@ -491,11 +613,23 @@ struct GemmPlanAccess {
       note += std::string(note.empty() ? "" : "; ") + (desc.scale_mode == GemmScaleMode::PerRowCol
                                                            ? "fp8 with per-row (A) and per-column (B) scales"
                                                            : "fp8 with per-tensor scales");
+    if (cutlass)
+      note +=
+          std::string(note.empty() ? "" : "; ") +
+          "int32 exact accumulation (no split-K); f32 epilogue (acc * a_scale) * b_scale" +
+          (desc.bias ? " + bias" : "") + ", each step rounded, then one rounding to " + dt(desc.d_dtype) + "; " +
+          (desc.scale_mode == GemmScaleMode::PerRowCol ? "per-row (A) and per-column (B) scales" : "per-tensor scales");
     s.precision.note = note;
 
     size_t ws = 0;
     if (small) {
       s.layout = "small-m (mma.m16n8k16, k-contiguous 16-byte streams, 8-warp split-k, fixed-order reduction)";
+    } else if (cutlass) {
+      p.cutlass_tile_ = static_cast<uint8_t>(cutlass_int8_config(desc, target.num_sms));
+      s.layout = std::string("cutlass sm90 int8 TN (TMA + WGMMA) ") + detail::kCutlassInt8Tiles[p.cutlass_tile_].name;
+      if (desc.m > 0 && desc.n > 0 && desc.k > 0)
+        ws = align256(cutlass_int8_for(desc.d_dtype).workspace(cutlass_int8_params(desc, p.cutlass_tile_)));
+      p.backend_ws_bytes_ = ws;
     } else {
       const auto& c = *cm;
       s.layout = std::string("cublaslt ") + (c.a.trans ? "T" : "N") + (c.b.trans ? "T" : "N") +
@@ -623,26 +757,29 @@ Result<void> GemmPlan::can_implement(const GemmArgs& a) const {
     BARACUDA_TRY(check_vector(op, "bgrad", a.bgrad, d.d_dtype, len, epi_align));
     views.push_back({"bgrad", a.bgrad.data, a.bgrad.dtype, &a.bgrad.layout, true});
   }
-  if (!is_fp8(d.a_dtype)) {
+  if (!is_fp8(d.a_dtype) && !is_int8_scaled(d)) {
     if (a.a_scale.data || a.b_scale.data || a.amax_d.data)
-      return invalid(op + ": a_scale / b_scale / amax_d expected absent for " + dt(d.a_dtype) + " inputs (fp8 only)");
+      return invalid(op + ": a_scale / b_scale / amax_d expected absent for " + dt(d.a_dtype) + " -> " + dt(d.d_dtype) +
+                     " (fp8, and int8 with a floating D, only)");
   } else {
     const bool outer = d.scale_mode == GemmScaleMode::PerRowCol;
     auto scale = [&](const char* role, const TensorRef& t, int64_t len) -> Result<void> {
       if (!t.data) {
-        if (outer) return invalid(op + ": " + role + " expected [" + str(len) + "] float32 (per_row_col), got none");
+        if (outer && len > 0)
+          return invalid(op + ": " + role + " expected [" + str(len) + "] float32 (per_row_col), got none");
         return {};
       }
       if (t.dtype != DType::f32) return invalid(op + ": " + role + " dtype expected float32, got " + dt(t.dtype));
       if (t.numel() != len || !t.layout.is_contiguous())
         return invalid(op + ": " + role + " expected " + str(len) + " contiguous float32 value(s), got shape " +
                        t.layout.shape_str() + " strides " + t.layout.stride_str());
-      if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+      if (len > 0 && reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
         return make_error(Status::MisalignedOperand, op + ": " + role + " pointer expected 16-byte aligned");
       return {};
     };
     BARACUDA_TRY(scale("a_scale", a.a_scale, outer ? d.m : 1));
     BARACUDA_TRY(scale("b_scale", a.b_scale, outer ? d.n : 1));
+    if (a.amax_d.data && is_int8_scaled(d)) return invalid(op + ": amax_d expected absent for int8 inputs (fp8 only)");
     if (a.amax_d.data && (a.amax_d.dtype != DType::f32 || a.amax_d.numel() != 1))
       return invalid(op + ": amax_d expected one float32, got " + dt(a.amax_d.dtype) + " " +
                      a.amax_d.layout.shape_str());
@@ -706,7 +843,18 @@ Result<void> GemmPlan::run(cudaStream_t stream, Workspace ws, const GemmArgs& a)
       return cuda_check(detail::launch_small_m(p, stream), "small-m kernel launch");
     }
     const bool k0 = d.k == 0;
-    if (!k0) {
+    if (!k0 && path_ == Path::CutlassInt8) {
+      detail::CutlassInt8Params p = cutlass_int8_params(d, cutlass_tile_);
+      p.a = a.a.data, p.b = a.b.data, p.d = a.d.data;
+      p.a_scale = static_cast<const float*>(a.a_scale.data);
+      p.b_scale = static_cast<const float*>(a.b_scale.data);
+      p.bias = d.bias ? a.bias.data : nullptr;
+      // The device the launch goes to; the plan's SM count when it was selected for that device,
+      // else (selected offline or elsewhere) asked at launch.
+      BARACUDA_TRY(cuda_check(cudaGetDevice(&p.device), "cudaGetDevice"));
+      p.sm_count = p.device == target_.device ? target_.num_sms : 0;
+      BARACUDA_TRY(cuda_check(cutlass_int8_for(d.d_dtype).launch(p, ws.ptr, stream), "CUTLASS int8 GEMM launch"));
+    } else if (!k0) {
       BARACUDA_TRY(detail::cublaslt_run(op, *state_, a, ws.ptr, backend_ws_bytes_, stream, &fused));
     }
     const bool native_epi = k0 || (!fused && (d.act != GemmActivation::None || d.bias || d.aux));
@@ -743,7 +891,8 @@ Result<void> GemmPlan::run(cudaStream_t stream, Workspace ws, const GemmArgs& a)
 // ---- convenience -------------------------------------------------------------------------------------
 namespace {
 Result<const GemmPlan*> cached_plan(const GemmDesc& desc, const PlanPreference& pref) {
-  return detail::cached_plan<GemmPlan>(desc.key(), pref, [&](const Target& t) { return GemmPlan::select(t, desc, pref); });
+  return detail::cached_plan<GemmPlan>(desc.key(), pref,
+                                       [&](const Target& t) { return GemmPlan::select(t, desc, pref); });
 }
 }  // namespace
 
