@@ -138,6 +138,19 @@ def test_permute_copy_backward():
     same_bits(gx, rx, "permute_copy backward")
 
 
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.int32, torch.complex64], ids=str)
+def test_transpose_words(dt):
+    """4- and 8-byte elements move through the tiles as words of two; odd sizes and misaligned
+    storage fall back to element tiles."""
+    for shape in [(256, 130), (130, 66), (33, 47), (2, 64, 96)]:
+        x = make(shape, dt, "tw", shape, dt)
+        dims = tuple(reversed(range(len(shape))))
+        same_bits(F.permute_copy(x, dims), x.permute(dims).contiguous(), f"transpose {shape}")
+        xs = shifted_empty(shape, dt, 1)
+        xs.copy_(x)
+        same_bits(F.permute_copy(xs, dims), x.permute(dims).contiguous(), f"transpose misaligned {shape}")
+
+
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32, torch.int64], ids=str)
 def test_slice_write_kv_cache(dt):
     cache = make((2, 8, 64, 16), dt, "kv", dt)
@@ -285,6 +298,55 @@ def test_pad_empty():
     same_bits(F.pad(y, (2, 1), value=7.0), tF.pad(y, (2, 1), value=7.0), "constant pad of an empty dim")
 
 
+ROW_DTYPES = [torch.bfloat16, torch.float32, torch.uint8, torch.float64, torch.complex64]
+
+
+def shifted_empty(shape, dt, elems):
+    """A contiguous tensor of `shape` starting `elems` elements into a fresh buffer (misaligned)."""
+    n = 1
+    for v in shape:
+        n *= v
+    return torch.empty(n + elems, dtype=dt, device=DEV)[elems:].view(shape)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("dt", ROW_DTYPES, ids=str)
+def test_pad_rows(mode, dt):
+    """The row kernel (16-byte output chunks along the padded innermost dim): interior chunks
+    read one or two shifted 16-byte words, edge chunks map element by element; odd sizes,
+    misaligned input and output views, a transposed input, rows crossing chunk boundaries."""
+    cases = [((2, 3, 16, 16), (1, 1, 1, 1)), ((4, 6, 33), (5, 7)), ((5, 64), (8, 8, 3, 2)), ((2, 17, 18), (1, 1, 1, 1)),
+             ((3, 9, 130), (2, 1, 0, 0, 1, 1)), ((7, 40), (3, 4))]
+    for shape, pad in cases:
+        x = make(shape, dt, "padrows", shape, mode, dt)
+        same_bits(F.pad(x, pad, mode), ref_op(lambda t: pad_reference(t, pad, mode), x), f"pad rows {mode} {shape}")
+        # misaligned views: input one element into its buffer, output three
+        xs = shifted_empty(shape, dt, 1)
+        xs.copy_(x)
+        want = ref_op(lambda t: pad_reference(t, pad, mode), x)
+        out = shifted_empty(tuple(want.shape), dt, 3)
+        BI._run("pad", {"x": xs, "out": out}, {"pads": BI._pad_pairs("pad", x, pad), "mode": mode, "value": 0.0})
+        same_bits(out, want, f"pad rows misaligned {mode} {shape}")
+    xt = make((3, 17, 40), dt, "padrows-t", mode, dt).transpose(1, 2)  # the padded dim is strided in x
+    same_bits(F.pad(xt, (4, 6, 3, 2), mode), ref_op(lambda t: pad_reference(t, (4, 6, 3, 2), mode), xt),
+              f"pad rows transposed input {mode}")
+    x = make((2, 3, 16, 16), dt, "padrows-sku", dt)
+    sku = BI.index_sku("pad", {"x": x, "out": F.pad(x, (1, 1, 1, 1), mode)},
+                       {"pads": BI._pad_pairs("pad", x, (1, 1, 1, 1)), "mode": mode, "value": 0.0})
+    assert "mapped-rows" in sku, sku
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32], ids=str)
+def test_pad_rows_constant_value_crop_and_empty(dt):
+    x = make((4, 40), dt, "padrows-v", dt)
+    for pad in [(3, 5, 1, 1), (-3, 5, 1, -2), (30, 2), (-39, 0)]:
+        same_bits(F.pad(x, pad, value=2.5), tF.pad(x, pad, value=2.5), f"pad rows value {pad}")
+    e = torch.empty((3, 0), dtype=dt, device=DEV)
+    same_bits(F.pad(e, (9, 8), value=1.0), tF.pad(e, (9, 8), value=1.0), "pad rows of an empty dim")
+    assert F.pad(torch.empty((0, 40), dtype=dt, device=DEV), (3, 3)).shape == (0, 46)
+
+
 # ---- flip / roll / tile / triu / tril -----------------------------------------------------------------
 @pytest.mark.parametrize("dt", ALL_DTYPES, ids=str)
 def test_flip_roll_tile_tri(dt):
@@ -364,6 +426,48 @@ def test_embedding_forward(dt, it):
     same_bits(F.embedding(ids[:0], w), ref_op(lambda t: t[ids[:0].long()], w), "embedding empty")
     if dt == torch.float32:
         same_bits(F.embedding(ids, w), tF.embedding(ids.long(), w), "embedding vs F.embedding")
+
+
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32, torch.uint8, torch.complex128], ids=str)
+def test_gather_rows_and_staged(dt, it):
+    """The row gather (a warp per embedding / index_select row of >= 32 words) and the staged
+    gather (torch.gather along a unit-stride source dim through shared memory): odd sizes,
+    strided and misaligned views, duplicates, and out-of-range indices."""
+    w = make((50, 640), dt, "grows", dt)  # >= 32 16-byte words a row for every dtype here
+    ids = rand_index((3, 7), 50, it, "grows-ids")
+    same_bits(F.embedding(ids, w), ref_op(lambda t: t[ids.long()], w), "embedding rows")
+    ws = make((50, 40), dt, "grows-s", dt)[:, 1:38]  # rows of 37, misaligned by one element
+    same_bits(F.embedding(ids, ws), ref_op(lambda t: t[ids.long()], ws), "embedding strided rows")
+    sel = rand_index((29,), 50, it, "grows-sel")
+    same_bits(F.index_select(w, 0, sel), ref_op(lambda t: torch.index_select(t, 0, sel.long()), w), "index_select rows")
+    sku = BI.index_sku("embedding", {"x": w, "index": ids, "out": F.embedding(ids, w)})
+    assert "gather-rows" in sku, sku
+    with pytest.raises(IndexError):
+        F.embedding(idx([1, 50], it), w)
+
+    for xs, ishape, dim in [((5, 100), (5, 300), 1), ((4, 37), (3, 1100), 1), ((2, 4096), (2, 1030), 1),
+                            ((6, 4, 50), (5, 3, 200), 2)]:
+        x = make(xs, dt, "gstaged", xs, dt)
+        index = rand_index(ishape, xs[dim], it, "gstaged-i", xs)
+        same_bits(F.gather(x, dim, index), ref_op(lambda t: torch.gather(t, dim, index.long()), x),
+                  f"gather staged {xs}")
+    x = make((5, 100), dt, "gstaged-v", dt)
+    index = rand_index((300, 5), 100, it, "gstaged-vi").t()  # a strided index
+    ref = ref_op(lambda t: torch.gather(t, 1, index.long()), x)
+    same_bits(F.gather(x, 1, index), ref, "gather staged strided index")
+    out = shifted_empty((5, 300), dt, 1)  # a misaligned output
+    BI._run("gather", {"x": x, "index": index.contiguous(), "out": out}, {"dim": 1})
+    same_bits(out, ref, "gather staged misaligned output")
+    xt = make((100, 5), dt, "gstaged-t", dt).t()  # dim 0 of this view is the unit-stride one
+    index0 = rand_index((40, 100), 5, it, "gstaged-t-i")
+    same_bits(F.gather(xt, 0, index0), ref_op(lambda t: torch.gather(t, 0, index0.long()), xt), "gather staged view")
+    sku = BI.index_sku("gather", {"x": x, "index": index.contiguous(), "out": out}, {"dim": 1})
+    assert "gather-staged" in sku, sku
+    bad = index.contiguous().clone()
+    bad[2, 7] = 100
+    with pytest.raises(IndexError):
+        F.gather(x, 1, bad)
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=str)
@@ -664,6 +768,60 @@ def test_segment_max_nan_and_empty():
     low = F.segment_min(data, ids, 4)
     assert torch.isnan(low[0]).all()
     assert low[1].item() == 3.0 and low[2].item() == float("inf") and low[3].item() == 0.0
+
+
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", ADD_DTYPES, ids=str)
+def test_segment_rows(dt, it):
+    """The row kernel of the atomic scatter (slices of >= 8 elements): lane groups walk
+    consecutive rows and combine runs of equal ids in registers (sorted ids), out-of-range ids
+    dropped, empty segments keep the identity."""
+    for shape, n in [((300, 64), 37), ((257, 13), 20), ((100, 8), 9), ((120, 5, 4), 7), ((64, 300), 5)]:
+        data = make(shape, dt, "segrows", shape, dt, lo=-9, hi=9)
+        ids = rand_index((shape[0],), n + 4, it, "segrows-ids", shape) - 2
+        for sorted_ids in (False, True):
+            sid = ids.sort()[0] if sorted_ids else ids
+            same_bits(F.segment_sum(data, sid, n), segment_sum_ref(data, sid, n), f"segment_sum rows {shape}")
+            same_bits(F.segment_max(data, sid, n), segment_max_ref(data, sid, n), f"segment_max rows {shape}")
+            same_bits(F.segment_min(data, sid, n), segment_max_ref(data, sid, n, "amin"), f"segment_min rows {shape}")
+    data = make((300, 64), dt, "segrows-sku", dt)
+    ids = rand_index((300,), 37, it, "segrows-sku-ids")
+    sku = BI.index_sku("segment_max", {"x": data, "index": ids, "out": torch.empty(37, 64, dtype=dt, device=DEV)},
+                       {"num_segments": 37})
+    assert "scatter-atomic-rows" in sku, sku
+    empty = F.segment_max(data[:0], ids[:0], 3)
+    lowest = float("-inf") if dt.is_floating_point else torch.iinfo(dt).min
+    assert (empty == lowest).all()
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_segment_rows_nan_ties_and_zeros(dt):
+    """NaN wins (positive NaN for max, NaN for min), ties and +-0 agree with torch's
+    scatter_reduce amax / amin; random floats vs torch, sorted and unsorted ids."""
+    data = randf((500, 40), dt, "segnan")
+    data[7, 3] = float("nan")
+    data[100:110, 5] = -0.0
+    data[110:120, 5] = 0.0
+    data[200:260, 9] = 1.25  # ties
+    ids = rand_index((500,), 23, torch.int64, "segnan-ids")
+    for sid in (ids, ids.sort()[0]):
+        for op, red in (("segment_max", "amax"), ("segment_min", "amin")):
+            got = getattr(F, op)(data, sid, 23)
+            ref = segment_max_ref(data, sid, 23, red)
+            torch.testing.assert_close(got, ref, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{op}: {m}")
+    got = F.segment_max(data, ids, 23)
+    assert torch.isnan(got[int(ids[7]), 3])
+
+
+@pytest.mark.sanitizer
+def test_segment_rows_backward():
+    data = make((200, 40), torch.float64, "segrowsbw", lo=-3, hi=3).requires_grad_()  # many ties
+    ids = rand_index((200,), 12, torch.int64, "segrowsbw-ids")
+    g = randf((12, 40), torch.float64, "segrowsbw-g")
+    for op, red in (("segment_max", "amax"), ("segment_min", "amin")):
+        (gx,) = torch.autograd.grad(getattr(F, op)(data, ids, 12), data, g)
+        (rx,) = torch.autograd.grad(segment_max_ref(data, ids, 12, red), data, g)
+        torch.testing.assert_close(gx, rx)
 
 
 @pytest.mark.sanitizer

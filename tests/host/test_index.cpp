@@ -332,7 +332,38 @@ TEST(IndexArgs, ScatterInPlace) {
   IndexArgs b = a;
   b.src = ref_of(0, DType::f32, Layout::contiguous({3, 8}));
   EXPECT_MSG(plan->can_implement(b), "out overlaps src");
-  EXPECT_EQ(plan->layout_for(a), "scatter-atomic");
+  EXPECT_EQ(plan->layout_for(a), "scatter-atomic-rows");  // rows of 8: lane groups walk the slices
+}
+
+TEST(IndexLayout, ScatterVariants) {
+  // Row mode with one slice dim of >= 8 elements: the row kernel; shorter rows and element mode
+  // (scatter_add): one thread per element. Contiguous slice dims merge first ([L, 4, 2] -> 8).
+  auto seg = IndexPlan::select(
+      kTarget, IndexDesc::segment(DType::f32, DType::s32, Shape::of({100, 4, 2}), 7, IndexOp::segment_max));
+  ASSERT_TRUE(seg.ok()) << seg.message();
+  IndexArgs a;
+  a.x = ref_of(0, DType::f32, Layout::contiguous({100, 4, 2}));
+  a.index = ref_of(1, DType::s32, Layout::contiguous({100}));
+  a.out = mut_of(2, DType::f32, Layout::contiguous({7, 4, 2}));
+  EXPECT_TRUE(seg->can_implement(a).ok()) << seg->can_implement(a).message();
+  EXPECT_EQ(seg->layout_for(a), "scatter-atomic-rows");
+  a.x.layout = strided({100, 4, 2}, {8, 1, 4});  // slice dims no longer contiguous together
+  EXPECT_EQ(seg->layout_for(a), "scatter-atomic");
+  auto small = IndexPlan::select(
+      kTarget, IndexDesc::segment(DType::f32, DType::s32, Shape::of({100, 7}), 7, IndexOp::segment_sum));
+  IndexArgs b;
+  b.x = ref_of(0, DType::f32, Layout::contiguous({100, 7}));
+  b.index = ref_of(1, DType::s32, Layout::contiguous({100}));
+  b.out = mut_of(2, DType::f32, Layout::contiguous({7, 7}));
+  EXPECT_EQ(small->layout_for(b), "scatter-atomic");
+  auto sa = IndexPlan::select(kTarget, IndexDesc::scatter_add(DType::f32, DType::s64, Shape::of({4, 64}),
+                                                              Shape::of({4, 64}), Shape::of({4, 64}), 1));
+  IndexArgs c;
+  c.x = ref_of(0, DType::f32, Layout::contiguous({4, 64}));
+  c.src = ref_of(1, DType::f32, Layout::contiguous({4, 64}));
+  c.index = ref_of(2, DType::s64, Layout::contiguous({4, 64}));
+  c.out = mut_of(3, DType::f32, Layout::contiguous({4, 64}));
+  EXPECT_EQ(sa->layout_for(c), "scatter-atomic");
 }
 
 TEST(IndexRun, RefusalsBeforeLaunch) {
@@ -361,6 +392,25 @@ TEST(IndexLayout, CopyVariants) {
   EXPECT_EQ(plan->layout_for(a), "strided-copy-16B-i32");  // merged to 1-d, widened to 8 x bf16
   a.x.layout = strided({64, 128}, {1, 64});                // a transposed input: tiles of 2-element words
   EXPECT_EQ(plan->layout_for(a), "tiled-transpose-2B-words");
+  {
+    // 4- and 8-byte elements move as words of two (8 / 16 bytes), while sizes and pointers allow.
+    auto f32 = IndexPlan::select(kTarget, IndexDesc::copy(DType::f32, Shape::of({64, 128})));
+    IndexArgs t;
+    t.x = ref_of(0, DType::f32, strided({64, 128}, {1, 64}));
+    t.out = mut_of(1, DType::f32, Layout::contiguous({64, 128}));
+    EXPECT_EQ(f32->layout_for(t), "tiled-transpose-4B-words");
+    t.x.data = fake_ptr(0, 4);  // 8-byte words need 8-byte aligned pointers
+    EXPECT_EQ(f32->layout_for(t), "tiled-transpose-4B");
+    auto f64 = IndexPlan::select(kTarget, IndexDesc::copy(DType::f64, Shape::of({64, 127})));
+    IndexArgs o;
+    o.x = ref_of(0, DType::f64, strided({64, 127}, {1, 64}));
+    o.out = mut_of(1, DType::f64, Layout::contiguous({64, 127}));
+    EXPECT_EQ(f64->layout_for(o), "tiled-transpose-8B");  // an odd inner size: element tiles
+    o.x.layout = strided({64, 128}, {1, 64});
+    o.out.layout = Layout::contiguous({64, 128});
+    auto f64b = IndexPlan::select(kTarget, IndexDesc::copy(DType::f64, Shape::of({64, 128})));
+    EXPECT_EQ(f64b->layout_for(o), "tiled-transpose-8B-words");
+  }
   a.x.data = fake_ptr(0, 2);  // words need 4-byte aligned pointers: element tiles
   EXPECT_EQ(plan->layout_for(a), "tiled-transpose-2B");
   a.x.data = fake_ptr(0);
@@ -401,7 +451,34 @@ TEST(IndexLayout, MappedOps) {
   a.x = ref_of(0, DType::f32, Layout::contiguous({4, 8}));
   a.out = mut_of(1, DType::f32, Layout::contiguous({4, 13}));
   EXPECT_TRUE(pad->can_implement(a).ok()) << pad->can_implement(a).message();
-  EXPECT_EQ(pad->layout_for(a), "mapped-copy-4B-i32");
+  EXPECT_EQ(pad->layout_for(a), "mapped-rows-4B-i32");  // 16-byte chunks along the padded rows
+  {
+    // An output whose unit-stride dim holds 2 floats (less than one 16-byte chunk): per element.
+    auto col = IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::f32, Shape::of({2, 8}), pads, PadMode::reflect));
+    IndexArgs c;
+    c.x = ref_of(0, DType::f32, Layout::contiguous({2, 8}));
+    c.out = mut_of(1, DType::f32, strided({2, 13}, {1, 2}));
+    EXPECT_EQ(col->layout_for(c), "mapped-copy-4B-i32");
+  }
+  PlanPreference nov;
+  nov.vectorized = Tristate::Forbid;
+  auto scalar_pad =
+      IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::f32, Shape::of({4, 8}), pads, PadMode::reflect), nov);
+  EXPECT_EQ(scalar_pad->layout_for(a), "mapped-copy-4B-i32");
+  // Rows shorter than one 16-byte chunk (13 bytes of u8) keep the per-element copy.
+  auto short_rows = IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::u8, Shape::of({4, 8}), pads, PadMode::reflect));
+  IndexArgs u;
+  u.x = ref_of(0, DType::u8, Layout::contiguous({4, 8}));
+  u.out = mut_of(1, DType::u8, Layout::contiguous({4, 13}));
+  EXPECT_EQ(short_rows->layout_for(u), "mapped-copy-1B-i32");
+  // A large constant pad of bf16 rows (the bench's shape, smaller): chunks of 8 elements.
+  const int64_t hw[] = {0, 0, 0, 0, 1, 1, 1, 1};
+  auto img =
+      IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::bf16, Shape::of({2, 3, 128, 128}), hw, PadMode::constant));
+  IndexArgs im;
+  im.x = ref_of(0, DType::bf16, Layout::contiguous({2, 3, 128, 128}));
+  im.out = mut_of(1, DType::bf16, Layout::contiguous({2, 3, 130, 130}));
+  EXPECT_EQ(img->layout_for(im), "mapped-rows-2B-i32");
 
   // Constant padding of an outer dim keeps the contiguous inner rows widened.
   const int64_t outer[] = {1, 1, 0, 0};
@@ -442,7 +519,7 @@ TEST(IndexLayout, GatherWidening) {
   a.index = ref_of(1, DType::s64, Layout::contiguous({16, 8}));
   a.out = mut_of(2, DType::bf16, Layout::contiguous({16, 8, 4096}));
   EXPECT_TRUE(emb->can_implement(a).ok()) << emb->can_implement(a).message();
-  EXPECT_EQ(emb->layout_for(a), "gather-16B-i32");
+  EXPECT_EQ(emb->layout_for(a), "gather-rows-16B");  // a warp per row of 512 16-byte words
   auto odd = IndexPlan::select(kTarget, IndexDesc::embedding(DType::bf16, DType::s64, 1000, 7, Shape::of({16})));
   IndexArgs b;
   b.x = ref_of(0, DType::bf16, Layout::contiguous({1000, 7}));
@@ -456,7 +533,33 @@ TEST(IndexLayout, GatherWidening) {
   c.index = ref_of(1, DType::s32, Layout::contiguous({4, 3}));
   c.out = mut_of(2, DType::f64, Layout::contiguous({4, 3}));
   EXPECT_TRUE(ga->can_implement(c).ok()) << ga->can_implement(c).message();
+  EXPECT_EQ(ga->layout_for(c), "gather-staged-8B");  // the unit-stride source line through shared memory
+  c.x.layout = strided({4, 8}, {1, 4});              // the gathered dim is strided: per element
   EXPECT_EQ(ga->layout_for(c), "gather-8B-i32");
+
+  // The bench's torch.gather: 1024 of 4096 bf16 per row, staged.
+  auto gb = IndexPlan::select(
+      kTarget, IndexDesc::gather(DType::bf16, DType::s64, Shape::of({16384, 4096}), Shape::of({16384, 1024}), 1));
+  IndexArgs d;
+  d.x = ref_of(0, DType::bf16, Layout::contiguous({16384, 4096}));
+  d.index = ref_of(1, DType::s64, Layout::contiguous({16384, 1024}));
+  d.out = mut_of(2, DType::bf16, Layout::contiguous({16384, 1024}));
+  EXPECT_EQ(gb->layout_for(d), "gather-staged-2B");
+  // Few positions per line (staging 8 KB for 16 elements reads more than the 16 sectors a
+  // direct gather touches) and lines past the 48 KB stage: per element.
+  auto few = IndexPlan::select(
+      kTarget, IndexDesc::gather(DType::bf16, DType::s64, Shape::of({64, 4096}), Shape::of({64, 16}), 1));
+  d.x.layout = Layout::contiguous({64, 4096});
+  d.index.layout = Layout::contiguous({64, 16});
+  d.out.layout = Layout::contiguous({64, 16});
+  EXPECT_EQ(few->layout_for(d), "gather-2B-i32");
+  auto wide = IndexPlan::select(
+      kTarget, IndexDesc::gather(DType::f32, DType::s64, Shape::of({4, 20000}), Shape::of({4, 20000}), 1));
+  IndexArgs w;
+  w.x = ref_of(0, DType::f32, Layout::contiguous({4, 20000}));
+  w.index = ref_of(1, DType::s64, Layout::contiguous({4, 20000}));
+  w.out = mut_of(2, DType::f32, Layout::contiguous({4, 20000}));
+  EXPECT_EQ(wide->layout_for(w), "gather-4B-i32");
 }
 
 TEST(IndexLayout, EmptyTensors) {

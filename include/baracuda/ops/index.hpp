@@ -13,13 +13,15 @@
 //    map (identity with offset, flip, roll, reflect, replicate, circular, tile; out-of-range
 //    coordinates take a fill value; triu/tril zero a triangle). Kernels move bytes (one per
 //    element size 1/2/4/8/16, not per dtype); contiguous inner runs are widened to 16-byte
-//    elements, and a copy whose innermost axis changes goes through a shared-memory tiled
-//    transpose.
+//    elements, pad's forward writes 16-byte chunks along the padded rows, and a copy whose
+//    innermost axis changes goes through a shared-memory tiled transpose.
 //  - gather: output slice l reads the input slice the index names (gather, index_select,
-//    embedding): byte movers too.
+//    embedding): byte movers too; rows of >= 32 words move a warp per row, and torch.gather
+//    along a unit-stride source dim stages each source line in shared memory.
 //  - scatter: output slice key(l) accumulates input slice l (sum, max, min) or takes it (assign,
 //    byte movers). Sums and assignments have two
-//    implementations: atomics (default), or, when PlanPreference::require_deterministic or
+//    implementations: atomics (default; rows of >= 8 elements by lane groups that combine runs
+//    of equal indices before their atomics), or, when PlanPreference::require_deterministic or
 //    require_bit_stable is set, a stable radix sort of the destinations followed by one thread
 //    per (destination, element) summing its sources in index order (bit-identical run to run).
 //
@@ -170,9 +172,10 @@ class IndexPlan {
   const IndexDesc& desc() const { return desc_; }
   bool sorted() const { return sorted_; }
   /// The kernel run() takes for these tensors, e.g. "strided-copy-16B-i32", "mapped-copy-4B-i64",
-  /// "fill-16B-i32", "tiled-transpose-2B-words", "pad-backward", "gather-16B-i32",
-  /// "scatter-atomic", "scatter-sorted", "scatter-copy", "scatter-sorted-copy", "empty" (cat and
-  /// stack join the variants of their copies with '+').
+  /// "mapped-rows-2B-i32" (pad), "fill-16B-i32", "tiled-transpose-2B-words", "pad-backward",
+  /// "gather-16B-i32", "gather-rows-16B", "gather-staged-2B", "scatter-atomic",
+  /// "scatter-atomic-rows", "scatter-sorted", "scatter-copy", "scatter-sorted-copy", "empty" (cat
+  /// and stack join the variants of their copies with '+').
   std::string layout_for(const IndexArgs& args) const;
 
  private:

@@ -1,5 +1,6 @@
 // The copy engine of the indexing family: the mapped strided copy (one kernel per element size,
-// plain or mapped, 32/64-bit index arithmetic) and the shared-memory tiled transpose.
+// plain or mapped, 32/64-bit index arithmetic), its row variant (16-byte output chunks along the
+// innermost dim: pad's forward) and the shared-memory tiled transpose.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -107,6 +108,153 @@ __global__ void __launch_bounds__(256) mapped_copy_kernel(const CopyParams p) {
   }
 }
 
+// ---- the row variant (pad's forward) ------------------------------------------------------------
+/// Output and input offsets of the linear index r over the dims [d0, d1) (the last fastest), and
+/// whether every mapped coordinate lands inside the input.
+template <class I>
+struct RowAt {
+  I out, in;
+  bool ok;
+};
+template <class I>
+__device__ __forceinline__ RowAt<I> locate_dims(const CopyParams& p, int d0, int d1, I r) {
+  RowAt<I> x{0, 0, true};
+#pragma unroll
+  for (int d = kRank - 1; d >= 0; --d) {
+    if (d < d0 || d >= d1) continue;
+    const I n_out = static_cast<I>(p.d[d].out_size);
+    const I o = r % n_out;
+    r /= n_out;
+    x.out += o * static_cast<I>(p.d[d].out_stride);
+    const I n = static_cast<I>(p.d[d].in_size);
+    const I i = map_coord<I>(p.d[d].mode, o, n, static_cast<I>(p.d[d].a));
+    if (i < 0 || i >= n) x.ok = false;
+    x.in += i * static_cast<I>(p.d[d].in_stride);
+  }
+  return x;
+}
+
+/// Derived by launch_row_copy. The output dims [gdim, rank) are dense (a *segment*: rows of
+/// the innermost dim back to back), so a chunk may cross a row end; dims [0, gdim) index the
+/// segments. Chunks are aligned in memory: chunk j of a segment starts `head` elements before
+/// its 16-byte boundary.
+struct RowGeom {
+  int gdim = 0;
+  int out_mis = 0;  ///< (out address / element bytes) mod elements-per-chunk
+  int in_mis = 0;   ///< the same for the input
+  int fast_in = 0;  ///< the input's innermost stride is 1: interior chunks load 16-byte words
+  int64_t seg_len = 0, chunks_per_seg = 0, chunks = 0;
+  int64_t win_lo = 0, win_hi = 0;  ///< inner output coords reading input coord o - a (contiguous)
+  int64_t in_reach = 0;            ///< [in, in + in_reach) elements: the input's footprint
+};
+
+/// 16 bytes starting `shift` bytes (0 < shift < 16) into the aligned 32 bytes at p: two aligned
+/// loads and a funnel shift, no dynamic register indexing (the word shift is selected).
+__device__ __forceinline__ uint4 load_shifted(const uint4* p, int shift) {
+  const uint4 lo = __ldg(p), hi = __ldg(p + 1);
+  const uint32_t x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const int q = shift >> 2, bits = (shift & 3) * 8;
+  uint32_t y[5];
+#pragma unroll
+  for (int i = 0; i < 5; ++i) y[i] = q == 0 ? x[i] : q == 1 ? x[i + 1] : q == 2 ? x[i + 2] : x[i + 3];
+  uint4 r;
+  r.x = __funnelshift_r(y[0], y[1], bits);
+  r.y = __funnelshift_r(y[1], y[2], bits);
+  r.z = __funnelshift_r(y[2], y[3], bits);
+  r.w = __funnelshift_r(y[3], y[4], bits);
+  return r;
+}
+
+/// One thread per aligned chunk of V = 16 / EB output elements (see RowGeom). Three cases: a
+/// chunk of one row whose row maps outside the input (constant pad's border rows) stores the
+/// fill; one inside the inner dim's shift window reads its V sources as one (or two shifted)
+/// 16-byte words; any other chunk (pad edges, row ends, strided inputs) maps element by element
+/// over at most two rows (the inner dim has at least V elements). Full chunks store one 16-byte
+/// word; the partial ones at a segment's ends store elements.
+template <int EB, class I>
+__global__ void __launch_bounds__(256) row_copy_kernel(const CopyParams p, const RowGeom r) {
+  using W = typename Word<EB>::type;
+  constexpr int V = 16 / EB;
+  W fill;
+  memcpy(&fill, p.fill, EB);
+  W fills[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) fills[k] = fill;
+  uint4 fill16;
+  memcpy(&fill16, fills, 16);
+  const W* in = reinterpret_cast<const W*>(p.in);
+  W* out = reinterpret_cast<W*>(p.out);
+  const int inner = p.rank - 1;
+  const I w_out = static_cast<I>(p.d[inner].out_size), n_in = static_cast<I>(p.d[inner].in_size);
+  const I a_in = static_cast<I>(p.d[inner].a), s_in = static_cast<I>(p.d[inner].in_stride);
+  const int mode = p.d[inner].mode;
+  const I per_seg = static_cast<I>(r.chunks_per_seg), seg_len = static_cast<I>(r.seg_len);
+  const I chunks = static_cast<I>(r.chunks);
+  const I step = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I t = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; t < chunks; t += step) {
+    const I s = t / per_seg, j = t - s * per_seg;
+    const RowAt<I> seg = locate_dims<I>(p, 0, r.gdim, s);
+    const I e0 = j * V - ((static_cast<I>(r.out_mis) + seg.out) & (V - 1));  // first element (may be < 0)
+    const I eb = e0 < 0 ? I(0) : e0;
+    const I ee = e0 + V < seg_len ? e0 + V : seg_len;
+    if (eb >= ee) continue;  // the spare chunk of an aligned segment
+    const I rl = eb / w_out;
+    const I c = eb - rl * w_out;  // column of the first live element
+    RowAt<I> ra = locate_dims<I>(p, r.gdim, inner, rl);
+    ra.in += seg.in;
+    ra.ok = ra.ok && seg.ok;
+    const bool full = ee - eb == V;
+    if (full && c + V <= w_out) {
+      uint4* dst = reinterpret_cast<uint4*>(out + (seg.out + e0));
+      if (!ra.ok) {
+        *dst = fill16;
+        continue;
+      }
+      if (r.fast_in && c >= r.win_lo && c + V <= r.win_hi) {
+        const I src = ra.in + (c - a_in);
+        const int mis = static_cast<int>((static_cast<I>(r.in_mis) + src) & (V - 1));
+        if (mis == 0) {
+          *dst = __ldg(reinterpret_cast<const uint4*>(in + src));
+          continue;
+        }
+        const I lo = src - mis;  // both aligned blocks inside the input's footprint
+        if (lo >= 0 && lo + 2 * V <= static_cast<I>(r.in_reach)) {
+          *dst = load_shifted(reinterpret_cast<const uint4*>(in + lo), mis * EB);
+          continue;
+        }
+      }
+    }
+    RowAt<I> rb = ra;  // the next row, when the chunk crosses the row end
+    if (c + (ee - eb) > w_out) {
+      rb = locate_dims<I>(p, r.gdim, inner, rl + 1);
+      rb.in += seg.in;
+      rb.ok = rb.ok && seg.ok;
+    }
+    W v[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const I e = e0 + k;
+      I col = c + (e - eb);
+      const bool second = col >= w_out;
+      if (second) col -= w_out;
+      const bool ok = second ? rb.ok : ra.ok;
+      const I base = second ? rb.in : ra.in;
+      const I i = map_coord<I>(mode, col, n_in, a_in);
+      v[k] = fill;
+      if (e >= eb && e < ee && ok && i >= 0 && i < n_in) v[k] = in[base + i * s_in];
+    }
+    if (full) {
+      uint4 w;
+      memcpy(&w, v, 16);
+      *reinterpret_cast<uint4*>(out + (seg.out + e0)) = w;
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k)
+        if (e0 + k >= eb && e0 + k < ee) out[seg.out + e0 + k] = v[k];
+    }
+  }
+}
+
 constexpr int kTileDim = 32;
 constexpr int kTileRows = 8;
 
@@ -146,15 +294,19 @@ __global__ void __launch_bounds__(kTileDim* kTileRows) transpose_kernel(const Tr
   }
 }
 
-/// The word variant for EB < 4: V = 4 / EB elements a word, tiles of 32V x 32V elements. A warp
-/// reads 32 words (128 bytes) of an input row, and writes 32 words of an output row assembled
-/// from V tile rows.
-template <int EB>
+/// The word variant: words of WB bytes = V = WB / EB elements, tiles of 32V x 32V elements. A
+/// warp reads 32 words (32 WB bytes) of an input row, and writes 32 words of an output row
+/// assembled from V tile rows.
+template <int EB, int WB>
 __global__ void __launch_bounds__(kTileDim* kTileRows) transpose_words_kernel(const TransposeParams p) {
   using W = typename Word<EB>::type;
-  constexpr int V = 4 / EB;
+  using WW = typename Word<WB>::type;
+  constexpr int V = WB / EB;
   constexpr int T = kTileDim * V;
-  __shared__ W tile[T][T + V];  // rows of 33 words: the column reads below hit at most 2 (bf16) / 4 (u8) per bank
+  // Sub-word elements: rows of 33 words, so the column reads below hit at most 2 (bf16) / 4 (u8)
+  // accesses per bank. 4- and 8-byte elements: rows of T + 1 elements (2-way at most).
+  constexpr int kPad = EB >= 4 ? 1 : V;
+  __shared__ W tile[T][T + kPad];
   const int64_t na = p.size[p.in_inner], nb = p.size[p.out_inner];
   const int64_t ta = (na + T - 1) / T;
   const int64_t sb_in = p.in_stride[p.out_inner], sa_out = p.out_stride[p.in_inner];
@@ -174,9 +326,9 @@ __global__ void __launch_bounds__(kTileDim* kTileRows) transpose_words_kernel(co
     for (int j = threadIdx.y; j < T; j += kTileRows) {
       const int64_t ib = b0 + j;
       if (ia < na && ib < nb) {
-        const uint32_t w = *reinterpret_cast<const uint32_t*>(p.in + (in_base + ia + ib * sb_in) * EB);
+        const WW w = *reinterpret_cast<const WW*>(p.in + (in_base + ia + ib * sb_in) * EB);
         W e[V];
-        memcpy(e, &w, 4);
+        memcpy(e, &w, WB);
 #pragma unroll
         for (int k = 0; k < V; ++k) tile[j][V * threadIdx.x + k] = e[k];
       }
@@ -189,9 +341,9 @@ __global__ void __launch_bounds__(kTileDim* kTileRows) transpose_words_kernel(co
         W e[V];
 #pragma unroll
         for (int k = 0; k < V; ++k) e[k] = tile[V * threadIdx.x + k][j];
-        uint32_t w;
-        memcpy(&w, e, 4);
-        *reinterpret_cast<uint32_t*>(p.out + (out_base + ob + oa * sa_out) * EB) = w;
+        WW w;
+        memcpy(&w, e, WB);
+        *reinterpret_cast<WW*>(p.out + (out_base + ob + oa * sa_out) * EB) = w;
       }
     }
     __syncthreads();
@@ -211,7 +363,81 @@ cudaError_t copy_with(const CopyParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+/// The inner dim's shift window: output coordinates o whose input coordinate is o - a (a
+/// contiguous run of the input). Empty for the maps that are not a shift there.
+void shift_window(const MapDim& m, int64_t* lo, int64_t* hi) {
+  *lo = *hi = 0;
+  switch (m.mode) {
+    case kIdentity:
+    case kRoll:
+    case kReflect:
+    case kReplicate:
+    case kCircular:
+      *lo = std::max<int64_t>(m.a, 0);
+      *hi = std::max(*lo, std::min(m.a + m.in_size, m.out_size));
+      break;
+    default:
+      break;
+  }
+}
+
+template <int EB>
+cudaError_t row_copy_with(const CopyParams& p, bool i64, cudaStream_t stream) {
+  constexpr int V = 16 / EB;
+  RowGeom r;
+  const int inner = p.rank - 1;
+  int64_t seg = p.d[inner].out_size;
+  r.gdim = inner;
+  while (r.gdim > 0 && p.d[r.gdim - 1].out_stride == seg) seg *= p.d[--r.gdim].out_size;
+  int64_t n_seg = 1;
+  for (int d = 0; d < r.gdim; ++d) n_seg *= p.d[d].out_size;
+  r.seg_len = seg;
+  r.chunks_per_seg = (seg + 2 * V - 2) / V;  // a head of up to V - 1 elements before the first boundary
+  r.chunks = n_seg * r.chunks_per_seg;
+  r.out_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.out) / EB) % V);
+  r.in_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.in) / EB) % V);
+  r.fast_in = p.d[inner].in_stride == 1;
+  shift_window(p.d[inner], &r.win_lo, &r.win_hi);
+  r.in_reach = 1;
+  for (int d = 0; d < p.rank; ++d) {
+    if (p.d[d].in_size == 0) r.in_reach = 0;
+    if (r.in_reach) r.in_reach += (p.d[d].in_size - 1) * p.d[d].in_stride;
+  }
+  // 32-bit arithmetic also needs the chunk counter to stay below 2^31 past one grid stride.
+  if (r.chunks + (int64_t{1} << 28) >= (int64_t{1} << 31)) i64 = true;
+  const unsigned blocks = grid_for(r.chunks, 1, 256);
+  if (i64)
+    row_copy_kernel<EB, int64_t><<<blocks, 256, 0, stream>>>(p, r);
+  else
+    row_copy_kernel<EB, int32_t><<<blocks, 256, 0, stream>>>(p, r);
+  return cudaGetLastError();
+}
+
 }  // namespace
+
+bool row_copy_ok(const CopyParams& p, int elem_bytes) {
+  if (elem_bytes >= 16 || p.in == nullptr || p.tri_row >= 0 || p.rank < 1) return false;
+  const MapDim& m = p.d[p.rank - 1];
+  if (m.out_stride != 1 || m.out_size < 16 / elem_bytes) return false;
+  return reinterpret_cast<uintptr_t>(p.out) % elem_bytes == 0 && reinterpret_cast<uintptr_t>(p.in) % elem_bytes == 0;
+}
+
+cudaError_t launch_row_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream) {
+  if (p.total == 0) return cudaSuccess;
+  if (!row_copy_ok(p, elem_bytes)) return cudaErrorInvalidValue;
+  switch (elem_bytes) {
+    case 1:
+      return row_copy_with<1>(p, i64, stream);
+    case 2:
+      return row_copy_with<2>(p, i64, stream);
+    case 4:
+      return row_copy_with<4>(p, i64, stream);
+    case 8:
+      return row_copy_with<8>(p, i64, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
 
 cudaError_t launch_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream) {
   if (p.total == 0) return cudaSuccess;
@@ -231,21 +457,22 @@ cudaError_t launch_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStrea
   }
 }
 
-bool transpose_words_ok(const TransposeParams& p, int elem_bytes) {
-  if (elem_bytes >= 4) return false;
-  const int v = 4 / elem_bytes;
-  if (p.size[p.in_inner] % v || p.size[p.out_inner] % v) return false;
-  if (reinterpret_cast<uintptr_t>(p.in) % 4 || reinterpret_cast<uintptr_t>(p.out) % 4) return false;
+int transpose_words_bytes(const TransposeParams& p, int elem_bytes) {
+  if (elem_bytes > 8) return 0;
+  const int wb = elem_bytes < 4 ? 4 : 2 * elem_bytes;
+  const int v = wb / elem_bytes;
+  if (p.size[p.in_inner] % v || p.size[p.out_inner] % v) return 0;
+  if (reinterpret_cast<uintptr_t>(p.in) % wb || reinterpret_cast<uintptr_t>(p.out) % wb) return 0;
   for (int d = 0; d < p.rank; ++d) {
-    if (d != p.in_inner && p.in_stride[d] % v) return false;
-    if (d != p.out_inner && p.out_stride[d] % v) return false;
+    if (d != p.in_inner && p.in_stride[d] % v) return 0;
+    if (d != p.out_inner && p.out_stride[d] % v) return 0;
   }
-  return true;
+  return wb;
 }
 
 cudaError_t launch_transpose(const TransposeParams& params, int elem_bytes, cudaStream_t stream) {
   TransposeParams p = params;
-  const int tile = p.words ? kTileDim * 4 / elem_bytes : kTileDim;
+  const int tile = p.words ? kTileDim * (p.words / elem_bytes) : kTileDim;
   const int64_t na = p.size[p.in_inner], nb = p.size[p.out_inner];
   p.tiles = ((na + tile - 1) / tile) * ((nb + tile - 1) / tile);
   const int64_t n = p.tiles * p.batch;
@@ -253,10 +480,14 @@ cudaError_t launch_transpose(const TransposeParams& params, int elem_bytes, cuda
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(n, int64_t{1} << 20));
   const dim3 block(kTileDim, kTileRows);
   if (p.words) {
-    if (elem_bytes == 1)
-      transpose_words_kernel<1><<<blocks, block, 0, stream>>>(p);
-    else if (elem_bytes == 2)
-      transpose_words_kernel<2><<<blocks, block, 0, stream>>>(p);
+    if (elem_bytes == 1 && p.words == 4)
+      transpose_words_kernel<1, 4><<<blocks, block, 0, stream>>>(p);
+    else if (elem_bytes == 2 && p.words == 4)
+      transpose_words_kernel<2, 4><<<blocks, block, 0, stream>>>(p);
+    else if (elem_bytes == 4 && p.words == 8)
+      transpose_words_kernel<4, 8><<<blocks, block, 0, stream>>>(p);
+    else if (elem_bytes == 8 && p.words == 16)
+      transpose_words_kernel<8, 16><<<blocks, block, 0, stream>>>(p);
     else
       return cudaErrorInvalidValue;
     return cudaGetLastError();

@@ -51,6 +51,18 @@ struct CopyParams {
 /// Element sizes 1, 2, 4, 8, 16 bytes; i64 selects 64-bit index arithmetic.
 cudaError_t launch_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream);
 
+/// The row variant of the mapped copy (pad's forward): one thread per 16-byte-aligned chunk of
+/// 16 / elem_bytes output elements along the unit-stride innermost output dim. The outer dims are
+/// decomposed once per chunk (not per element); a chunk inside one row whose source is a shifted
+/// contiguous run (the interior of a pad) is read with 16-byte loads (two, funnel-shifted, when
+/// the source is not aligned) and written with one 16-byte store; chunks at the pad edges map
+/// element by element. Applies when the innermost output dim has stride 1 and at least
+/// 16 / elem_bytes elements, elem_bytes < 16, the pointers are element-aligned and there is no
+/// triangle (row_copy_ok).
+bool row_copy_ok(const CopyParams& p, int elem_bytes);
+/// i64: 64-bit index arithmetic (the launcher also switches to it when the chunk count needs it).
+cudaError_t launch_row_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream);
+
 /// A pure permutation copy whose innermost output dim is not the input's unit-stride dim:
 /// 32 x 32 tiles through shared memory over dims (in_inner, out_inner), the rest as batch.
 struct TransposeParams {
@@ -64,13 +76,16 @@ struct TransposeParams {
   const char* in = nullptr;
   int64_t tiles = 0;  ///< tiles per batch entry (set by launch_transpose)
   int64_t batch = 1;
-  /// 1- and 2-byte elements: move 4-byte words of 4 / size elements on both sides (tiles of
-  /// 128 / 64 elements a side), so each warp reads and writes 128-byte rows. Set by the host
-  /// when both inner sizes, the strides of every other dim and the pointers allow whole words.
+  /// Word bytes (0: element tiles). Words of several elements on both sides: 4-byte words of
+  /// 1- and 2-byte elements (tiles of 128 / 64 elements a side), 8-byte words of 4-byte
+  /// elements and 16-byte words of 8-byte ones (64 a side), so each warp reads and writes rows
+  /// of 128 (256, 512) bytes and each thread keeps 8 words in flight. Set by the host when both
+  /// inner sizes, the strides of every other dim and the pointers allow whole words.
   int words = 0;
 };
-/// The word-transposing variant applies (see TransposeParams::words).
-bool transpose_words_ok(const TransposeParams& p, int elem_bytes);
+/// The word bytes of the word-transposing variant for these tensors, or 0 when it does not apply
+/// (see TransposeParams::words).
+int transpose_words_bytes(const TransposeParams& p, int elem_bytes);
 cudaError_t launch_transpose(const TransposeParams& p, int elem_bytes, cudaStream_t stream);
 
 /// The fill bytes of `value` converted to `dt` with torch's rules (host side).
@@ -121,10 +136,43 @@ struct Geom {
 cudaError_t launch_gather(const Geom& g, char* out, const char* src, int elem_bytes, DType index_dtype, bool i64,
                           cudaStream_t stream);
 
+/// Row gather (embedding, index_select of rows): one slice dim of at least 32 words. A warp
+/// per (slice, 32 x 4 words): the index is read once per warp (one broadcast load), each lane
+/// keeps 4 words in flight; 64-bit offsets (computed once per row, not per word).
+bool gather_rows_ok(const Geom& g);
+cudaError_t launch_gather_rows(const Geom& g, char* out, const char* src, int elem_bytes, DType index_dtype,
+                               cudaStream_t stream);
+
+/// Staged gather (torch.gather along `dim` where the source's dim is unit-stride): a CTA copies
+/// one source line (the src_len elements along dim) into shared memory with 16-byte loads, then
+/// each thread reads 16 / elem_bytes consecutive indices with wide loads, gathers from shared
+/// memory and writes one 16-byte word. Pays when the line is short enough for shared memory and
+/// the index reads a large part of it (a random 2-byte gather from global memory costs a 32-byte
+/// sector). [src, src_end) bounds the source's footprint: aligned 16-byte blocks outside it are
+/// read element by element.
+bool gather_staged_ok(const Geom& g, int dim, int elem_bytes);
+cudaError_t launch_gather_staged(const Geom& g, int dim, char* out, const char* src, const char* src_end,
+                                 int elem_bytes, DType index_dtype, cudaStream_t stream);
+
 enum class Reduce : int { sum, max, min };
-/// out (B) op= src (A) with atomics.
+/// The bits `out` starts from before launch_scatter_atomic reduces into it with max / min: the
+/// identity (-inf / +inf, the integer extremes) in the storage the atomics use. f32 and f64
+/// keep an order-preserving unsigned encoding during the reduction (one unsigned atomicMax /
+/// atomicMin per element whatever its sign, NaN canonical and winning, +0 above -0), which
+/// scatter_finish decodes afterwards; the other dtypes store their plain identity.
+void reduce_identity_bits(DType dt, Reduce r, unsigned char out[16]);
+/// out (B) op= src (A) with atomics. Row mode with one slice dim of at least 8 elements (segment
+/// ops, index_add) takes the row kernel: groups of 8 / 16 / 32 lanes walk a block of consecutive
+/// slices, read each index once, combine runs of equal indices in registers (sorted segment ids
+/// cost one atomic per run) and issue coalesced atomics; otherwise one thread per element.
+/// Max / min start from reduce_identity_bits and end with scatter_finish.
 cudaError_t launch_scatter_atomic(const Geom& g, void* out, const void* src, DType dt, DType index_dtype, Reduce r,
                                   cudaStream_t stream);
+/// Whether launch_scatter_atomic takes the row kernel for this geometry.
+bool scatter_rows_ok(const Geom& g);
+/// After max / min of f32 / f64: decodes the ordered encoding of every output element (the
+/// num_segments x slice elements of B). A no-op for the other dtypes and for sums.
+cudaError_t scatter_finish(const Geom& g, void* out, DType dt, Reduce r, cudaStream_t stream);
 
 /// out (B) <- src (A), unordered among duplicates (scatter, index_copy).
 cudaError_t launch_scatter_copy(const Geom& g, char* out, const char* src, int elem_bytes, DType index_dtype,

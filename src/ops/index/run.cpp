@@ -83,6 +83,7 @@ int64_t host_map(const MapSpec& m, int64_t o) {
 
 struct Lowered {
   bool transpose = false;
+  bool rows = false;  ///< the row variant (launch_row_copy)
   bool empty = false;
   ix::CopyParams cp;
   ix::TransposeParams tp;
@@ -96,12 +97,15 @@ struct Lowered {
       plain = plain && cp.d[d].mode == ix::kIdentity && cp.d[d].a == 0 && cp.d[d].in_size == cp.d[d].out_size;
     return std::string(cp.in == nullptr ? "fill"
                        : plain          ? "strided-copy"
+                       : rows           ? "mapped-rows"
                                         : "mapped-copy") +
            "-" + std::to_string(eb) + "B-" + (i64 ? "i64" : "i32");
   }
 };
 
-Lowered lower_copy(CopyJob job, bool allow_vec) {
+/// allow_rows: a mapped (not plain) copy whose innermost output dim is unit-stride may take the
+/// row variant (pad's forward).
+Lowered lower_copy(CopyJob job, bool allow_vec, bool allow_rows = false) {
   Lowered L;
   int64_t total = 1;
   for (const auto& m : job.dims) total *= m.out_size;
@@ -177,7 +181,7 @@ Lowered lower_copy(CopyJob job, bool allow_vec) {
       t.out = job.out;
       t.in = job.in;
       t.batch = total / (dims[j].out_size * dims.back().out_size);
-      t.words = allow_vec && ix::transpose_words_ok(t, eb) ? 1 : 0;
+      t.words = allow_vec ? ix::transpose_words_bytes(t, eb) : 0;
       return L;
     }
   }
@@ -228,12 +232,14 @@ Lowered lower_copy(CopyJob job, bool allow_vec) {
   const int64_t lim = std::numeric_limits<int32_t>::max();
   L.i64 = elems >= (int64_t{1} << 30) || out_reach >= lim || in_reach >= lim;
   L.eb = eb;
+  L.rows = allow_rows && allow_vec && !all_plain && ix::row_copy_ok(p, eb);
   return L;
 }
 
 cudaError_t launch_lowered(const Lowered& L, cudaStream_t stream) {
   if (L.empty) return cudaSuccess;
   if (L.transpose) return ix::launch_transpose(L.tp, L.eb, stream);
+  if (L.rows) return ix::launch_row_copy(L.cp, L.eb, L.i64, stream);
   return ix::launch_copy(L.cp, L.eb, L.i64, stream);
 }
 
@@ -442,6 +448,23 @@ GeomInfo geometry(const IndexDesc& d, const IndexArgs& a) {
     default:
       break;
   }
+  // Merge slice dims contiguous on both sides (a [L, 7, 3] segment slice becomes 21 elements):
+  // fewer divisions per element, and the row kernels see one long row.
+  int rs = 0;
+  for (int i = 0; i < g.rs; ++i) {
+    if (rs > 0 && g.a_sstride[rs - 1] == g.a_sstride[i] * g.ssize[i] &&
+        g.b_sstride[rs - 1] == g.b_sstride[i] * g.ssize[i]) {
+      g.ssize[rs - 1] *= g.ssize[i];
+      g.a_sstride[rs - 1] = g.a_sstride[i];
+      g.b_sstride[rs - 1] = g.b_sstride[i];
+      continue;
+    }
+    g.ssize[rs] = g.ssize[i];
+    g.a_sstride[rs] = g.a_sstride[i];
+    g.b_sstride[rs] = g.b_sstride[i];
+    ++rs;
+  }
+  g.rs = rs;
   g.L = 1;
   for (int i = 0; i < g.ri; ++i) g.L *= g.isize[i];
   g.P = 1;
@@ -483,6 +506,19 @@ bool gather_i64(const GeomInfo& gi) {
   return gi.g.L * gi.g.P >= (int64_t{1} << 30) || gi.a_reach >= lim || gi.b_reach >= lim;
 }
 
+/// The gather kernel for these tensors (after widening to `eb`-byte words): staged (torch.gather
+/// along a unit-stride source dim), rows (one slice dim of >= 32 words) or per element.
+enum class GatherKind { staged, rows, element };
+GatherKind gather_kind(const IndexDesc& d, const ix::Geom& g, int eb, bool allow_vec) {
+  if (allow_vec && d.op == IndexOp::gather && ix::gather_staged_ok(g, d.dim, eb)) return GatherKind::staged;
+  if (allow_vec && ix::gather_rows_ok(g)) return GatherKind::rows;
+  return GatherKind::element;
+}
+
+ix::Reduce reduce_of(IndexOp op) {
+  return op == IndexOp::segment_max ? ix::Reduce::max : op == IndexOp::segment_min ? ix::Reduce::min : ix::Reduce::sum;
+}
+
 bool is_scatter(const IndexDesc& d) {
   return info(d.op).engine == IndexEngine::scatter ||
          (d.op == IndexOp::embedding && d.direction == Direction::Backward);
@@ -496,7 +532,7 @@ std::string IndexPlan::layout_for(const IndexArgs& a) const {
   if (in.engine == IndexEngine::copy) {
     std::string s;
     for (const CopyJob& j : copy_jobs(desc_, a)) {
-      const std::string l = lower_copy(j, allow_vectorized_).layout();
+      const std::string l = lower_copy(j, allow_vectorized_, desc_.op == IndexOp::pad).layout();
       if (s.find(l) == std::string::npos) s += (s.empty() ? "" : "+") + l;
     }
     return s.empty() ? "empty" : s;
@@ -507,10 +543,18 @@ std::string IndexPlan::layout_for(const IndexArgs& a) const {
     const int eb = allow_vectorized_
                        ? widen_gather(gi.g, static_cast<const char*>(a.out.data), gi.b_ptr, size_in_bytes(desc_.dtype))
                        : size_in_bytes(desc_.dtype);
-    return "gather-" + std::to_string(eb) + "B-" + (gather_i64(gi) ? "i64" : "i32");
+    switch (gather_kind(desc_, gi.g, eb, allow_vectorized_)) {
+      case GatherKind::staged:
+        return "gather-staged-" + std::to_string(eb) + "B";
+      case GatherKind::rows:
+        return "gather-rows-" + std::to_string(eb) + "B";
+      default:
+        return "gather-" + std::to_string(eb) + "B-" + (gather_i64(gi) ? "i64" : "i32");
+    }
   }
   if (is_assign(desc_.op)) return sorted_ ? "scatter-sorted-copy" : "scatter-copy";
-  return sorted_ ? "scatter-sorted" : "scatter-atomic";
+  if (sorted_) return "scatter-sorted";
+  return ix::scatter_rows_ok(gi.g) ? "scatter-atomic-rows" : "scatter-atomic";
 }
 
 Result<void> IndexPlan::run(cudaStream_t stream, Workspace ws, const IndexArgs& a) const {
@@ -540,7 +584,8 @@ Result<void> IndexPlan::run(cudaStream_t stream, Workspace ws, const IndexArgs& 
   }
   if (in.engine == IndexEngine::copy) {
     for (const CopyJob& j : copy_jobs(d, a))
-      if (const cudaError_t e = launch_lowered(lower_copy(j, allow_vectorized_), stream); e != cudaSuccess)
+      if (const cudaError_t e = launch_lowered(lower_copy(j, allow_vectorized_, d.op == IndexOp::pad), stream);
+          e != cudaSuccess)
         return cuda_error(label, "kernel launch", e);
     return {};
   }
@@ -548,10 +593,20 @@ Result<void> IndexPlan::run(cudaStream_t stream, Workspace ws, const IndexArgs& 
   GeomInfo gi = geometry(d, a);
   if (!is_scatter(d)) {
     const int web = allow_vectorized_ ? widen_gather(gi.g, static_cast<const char*>(a.out.data), gi.b_ptr, eb) : eb;
-    if (const cudaError_t e = ix::launch_gather(gi.g, static_cast<char*>(a.out.data), gi.b_ptr, web, d.index_dtype,
-                                                gather_i64(gi), stream);
-        e != cudaSuccess)
-      return cuda_error(label, "kernel launch", e);
+    char* out = static_cast<char*>(a.out.data);
+    cudaError_t e = cudaSuccess;
+    switch (gather_kind(d, gi.g, web, allow_vectorized_)) {
+      case GatherKind::staged:
+        e = ix::launch_gather_staged(gi.g, d.dim, out, gi.b_ptr, gi.b_ptr + gi.b_reach * web, web, d.index_dtype,
+                                     stream);
+        break;
+      case GatherKind::rows:
+        e = ix::launch_gather_rows(gi.g, out, gi.b_ptr, web, d.index_dtype, stream);
+        break;
+      default:
+        e = ix::launch_gather(gi.g, out, gi.b_ptr, web, d.index_dtype, gather_i64(gi), stream);
+    }
+    if (e != cudaSuccess) return cuda_error(label, "kernel launch", e);
     return {};
   }
 
@@ -563,26 +618,17 @@ Result<void> IndexPlan::run(cudaStream_t stream, Workspace ws, const IndexArgs& 
           e != cudaSuccess)
         return cuda_error(label, "copy of self", e);
   } else {
-    // The reduction's identity: empty segments keep it (JAX).
-    double init = 0;
-    const bool lo = d.op == IndexOp::segment_max, hi = d.op == IndexOp::segment_min;
-    if (lo || hi) {
-      if (is_floating(d.dtype))
-        init = lo ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
-      else if (d.dtype == DType::s32)
-        init = lo ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int32_t>::max();
-      else  // s64: fill_bits converts through double, so set the extremes exactly below
-        init = lo ? static_cast<double>(std::numeric_limits<int64_t>::min()) : 0.0;
-    }
-    CopyJob fill = fill_job(a.out, d.dtype, init);
-    if (hi && d.dtype == DType::s64) {
-      const int64_t mx = std::numeric_limits<int64_t>::max();
-      std::memcpy(fill.fill, &mx, sizeof(mx));
-    }
+    // The reduction's identity (empty segments keep it, as JAX), in the storage the atomics use.
+    CopyJob fill = fill_job(a.out, d.dtype, 0.0);
+    ix::reduce_identity_bits(d.dtype, reduce_of(d.op), fill.fill);
     if (const cudaError_t e = launch_lowered(lower_copy(fill, allow_vectorized_), stream); e != cudaSuccess)
       return cuda_error(label, "output initialisation", e);
   }
-  if (gi.g.L * gi.g.P == 0) return {};
+  if (gi.g.L * gi.g.P == 0) {  // nothing to reduce; max / min still decode their identity
+    if (const cudaError_t e = ix::scatter_finish(gi.g, a.out.data, d.dtype, reduce_of(d.op), stream); e != cudaSuccess)
+      return cuda_error(label, "decode kernel launch", e);
+    return {};
+  }
   const void* src = gi.a_ptr;
   void* out = a.out.data;
   if (!sorted_ && is_assign(d.op)) {
@@ -593,12 +639,12 @@ Result<void> IndexPlan::run(cudaStream_t stream, Workspace ws, const IndexArgs& 
     return {};
   }
   if (!sorted_) {
-    const auto r = d.op == IndexOp::segment_max   ? ix::Reduce::max
-                   : d.op == IndexOp::segment_min ? ix::Reduce::min
-                                                  : ix::Reduce::sum;
+    const ix::Reduce r = reduce_of(d.op);
     if (const cudaError_t e = ix::launch_scatter_atomic(gi.g, out, src, d.dtype, d.index_dtype, r, stream);
         e != cudaSuccess)
       return cuda_error(label, "kernel launch", e);
+    if (const cudaError_t e = ix::scatter_finish(gi.g, out, d.dtype, r, stream); e != cudaSuccess)
+      return cuda_error(label, "decode kernel launch", e);
     return {};
   }
   // Sorted: [keys0 | keys1 | vals0 | vals1 | sort scratch], each part 256-byte aligned.
