@@ -1,0 +1,471 @@
+"""Losses under their torch.nn.functional names and signatures, with autograd.
+
+Rows of ``_C.loss_ops()`` (include/baracuda/ops/loss_ops.def): ``cross_entropy`` (class indices or
+class probabilities; weight, ignore_index, label_smoothing) and ``nll_loss`` over a class axis
+(dim 1, or 0 for an unbatched [C] input), and the pointwise losses ``mse_loss``, ``l1_loss``,
+``smooth_l1_loss``, ``huber_loss``, ``binary_cross_entropy``, ``binary_cross_entropy_with_logits``,
+``kl_div``, ``poisson_nll_loss``, ``gaussian_nll_loss``, ``soft_margin_loss``,
+``hinge_embedding_loss``, ``margin_ranking_loss``. Reductions none / mean / sum (and kl_div's
+batchmean) are deterministic: per-row (or per-element) losses summed in a fixed order.
+
+cross_entropy reads each row of logits once (online max / sum of exp, 16-byte loads, a CTA per row
+for LLM vocabularies). With autograd and a reduced loss (mean/sum) the forward is the fused kernel:
+it writes the loss and the logits' gradient (for dy = 1) in one pass structure, reading each row a
+second time while it is still in L2; the backward then scales that gradient in place by dy on the
+device, and moves no bytes when dy is 1 (``loss.backward()``). Forward + backward thus cost about
+one read and one write of the logits from DRAM, where torch materialises log_softmax and a dense
+one-hot gradient. The fused backward consumes the saved gradient: a second backward through the
+same graph (retain_graph) raises; set ``baracuda.loss.fused_autograd = False`` for that (or for
+reduction='none', always): the forward then saves the log-sum-exp and the backward recomputes the
+softmax from the logits (one more read). The same kernels serve [N, C], [N, C, d1, ...] (strided
+class axis) and [C] inputs. ``cross_entropy_with_grad`` exposes the fused forward directly.
+
+Out-of-range class targets (not ignore_index) are never read: their row's loss and gradient are
+NaN, and this module checks the kernels' flag after the forward and raises ``IndexError`` (one
+host synchronization per call, like the index family; torch's device-side assert would surface at
+the next sync). Set ``baracuda.loss.check_targets = False`` to skip the check.
+
+Outputs are torch tensors on the input's device; kernels run on ``torch.cuda.current_stream()``.
+"""
+import warnings
+
+from . import _C
+from ._autograd import current_stream, dl, require_torch, torch
+
+__all__ = ["cross_entropy", "nll_loss", "cross_entropy_with_grad", "mse_loss", "l1_loss", "smooth_l1_loss",
+           "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss",
+           "gaussian_nll_loss", "soft_margin_loss", "hinge_embedding_loss", "margin_ranking_loss"]
+
+# An extension built before this family existed has no loss bindings: the other families must
+# still import (functional.py imports every family), and the calls here then fail clearly.
+LOSS_OPS = {row["name"]: row for row in _C.loss_ops()} if hasattr(_C, "loss_ops") else {}
+
+check_targets = True
+fused_autograd = True
+
+
+# ---- launch helpers ----------------------------------------------------------------------------
+def _export(tensors):
+    """DLPack capsules are single-use: export afresh for every _C call."""
+    return {k: dl(v) for k, v in tensors.items() if v is not None}
+
+
+def _run(op, backward, tensors, params, reduction, device, fused_grad=False):
+    """Runs one plan on torch's current stream of `device` (workspace allocated when needed)."""
+    if not LOSS_OPS:
+        raise RuntimeError("baracuda._C has no loss bindings: rebuild the extension (python/src/loss_bindings.cpp)")
+    tensors = {k: v for k, v in tensors.items() if v is not None}
+    ws = None
+    n = _C.loss_workspace_size(op, backward, _export(tensors), params, reduction, fused_grad)
+    if n:
+        ws = dl(torch.empty(n, dtype=torch.uint8, device=device))
+    _C.loss(op, backward, _export(tensors), params, reduction, current_stream(device), ws, True, fused_grad)
+
+
+def _check_cuda(name, *ts):
+    for x in ts:
+        if x is None:
+            continue
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"baracuda.functional.{name}: expected a tensor, got {type(x).__name__}")
+        if x.device.type != "cuda":
+            raise RuntimeError(f"baracuda.functional.{name}: tensors must be on a CUDA device, got {x.device}")
+
+
+def _reduction(size_average, reduce, reduction):
+    if size_average is not None or reduce is not None:
+        from torch.nn import _reduction as _R
+        return _R.legacy_get_string(size_average, reduce)
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return reduction
+
+
+def _stats_dtype(x):
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _loss_out(x, reduction, shape):
+    return torch.empty(() if reduction != "none" else shape, dtype=x.dtype, device=x.device)
+
+
+def _grad_mode(*ts):
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+
+
+# ---- class losses (cross_entropy, nll_loss) ---------------------------------------------------------
+def _row_shape(x):
+    """The input's shape without the class dim (1, or 0 for an unbatched [C] input)."""
+    s = list(x.shape)
+    del s[1 if x.dim() >= 2 else 0]
+    return s
+
+
+def _class_inputs(op, input, target, weight):
+    _check_cuda(op, input, target, weight)
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: expected a floating point input, got {input.dtype}")
+    if input.dim() < 1:
+        raise ValueError(f"{op}: expected an input of 1 or more dimensions, got a 0-dim tensor")
+    probs = target.dtype.is_floating_point
+    if probs:
+        if op != "cross_entropy":
+            raise RuntimeError(f"{op}: expected target of an integer dtype (class indices), got {target.dtype}")
+        if target.shape != input.shape:
+            raise RuntimeError(f"{op}: probability targets must have the input's shape {list(input.shape)}, got "
+                               f"{list(target.shape)}")
+        target = target.to(input.dtype)
+    else:
+        if target.dtype not in (torch.int32, torch.int64):
+            target = target.to(torch.int64)
+        if list(target.shape) != _row_shape(input):
+            raise ValueError(f"{op}: Expected target size {tuple(_row_shape(input))}, got {tuple(target.shape)}")
+    if weight is not None:
+        c = input.shape[1 if input.dim() >= 2 else 0]
+        if weight.dim() != 1 or weight.shape[0] != c:
+            raise RuntimeError(f"{op}: weight tensor should be defined either for all {c} classes or no classes but "
+                               f"got weight tensor of shape: {list(weight.shape)}")
+        weight = weight.detach().to(input.dtype).contiguous()
+    return target, weight, probs
+
+
+def _class_fw(op, input, target, weight, reduction, ignore_index, smoothing, probs):
+    """(loss, lse or None, total_weight or None)."""
+    rows = _row_shape(input)
+    out = _loss_out(input, reduction, rows)
+    st = _stats_dtype(input)
+    n_rows = 1
+    for s in rows:
+        n_rows *= s
+    lse = torch.empty(n_rows, dtype=st, device=input.device) if op == "cross_entropy" else None
+    tw = torch.empty((), dtype=st, device=input.device) if reduction != "none" and not probs else None
+    flag = torch.zeros(1, dtype=torch.int32, device=input.device) if check_targets and not probs else None
+    params = {"ignore_index": float(ignore_index)}
+    if op == "cross_entropy":
+        params["label_smoothing"] = float(smoothing)
+    _run(op, False, {"input": input, "target": target, "weight": weight, "out": out, "save_lse": lse,
+                     "save_total_weight": tw, "error": flag}, params, reduction, input.device)
+    if flag is not None and int(flag.item()) != 0:
+        raise IndexError(f"baracuda.functional.{op}: Target is out of bounds (a class index outside "
+                         f"[0, {input.shape[1 if input.dim() >= 2 else 0]}) that is not ignore_index={ignore_index})")
+    return out, lse, tw
+
+
+def _class_bw(op, grad, input, target, weight, lse, tw, reduction, ignore_index, smoothing, probs, need_dtarget):
+    dx = torch.empty_like(input)
+    dt = torch.empty_like(input) if need_dtarget else None
+    if input.numel():
+        params = {"ignore_index": float(ignore_index)}
+        if op == "cross_entropy":
+            params["label_smoothing"] = float(smoothing)
+        _run(op, True, {"dy": grad, "input": input, "target": target, "weight": weight, "lse": lse,
+                        "total_weight": tw if reduction == "mean" and not probs else None, "grad_input": dx,
+                        "grad_target": dt}, params, reduction, input.device)
+    return dx, dt
+
+
+if torch is not None:
+    from torch.autograd.function import once_differentiable
+
+    class ClassLossFunction(torch.autograd.Function):
+        """cross_entropy / nll_loss. The backward recomputes softmax from the logits and the saved
+        log-sum-exp (one read of the logits, one write of the gradient)."""
+
+        @staticmethod
+        def forward(ctx, op, reduction, ignore_index, smoothing, probs, input, target, weight):
+            out, lse, tw = _class_fw(op, input, target, weight, reduction, ignore_index, smoothing, probs)
+            ctx.save_for_backward(input, target, weight, lse, tw)
+            ctx.op, ctx.reduction, ctx.ignore_index, ctx.smoothing, ctx.probs = (op, reduction, ignore_index,
+                                                                                 smoothing, probs)
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            input, target, weight, lse, tw = ctx.saved_tensors
+            need_dt = ctx.probs and ctx.needs_input_grad[6]
+            dx, dt = _class_bw(ctx.op, grad, input, target, weight, lse, tw, ctx.reduction, ctx.ignore_index,
+                               ctx.smoothing, ctx.probs, need_dt)
+            return (None, None, None, None, None, dx if ctx.needs_input_grad[5] else None, dt, None)
+    class FusedCrossEntropyFunction(torch.autograd.Function):
+        """cross_entropy with a reduced loss: the forward's fused kernel also writes the gradient for
+        dy = 1; the backward scales it in place by dy (nothing moves when dy is 1)."""
+
+        @staticmethod
+        def forward(ctx, reduction, ignore_index, smoothing, input, target, weight):
+            out, dx = _ce_fused(input, target, weight, ignore_index, reduction, smoothing, None, False)
+            ctx.save_for_backward(dx)
+            ctx.reduction, ctx.ignore_index, ctx.smoothing, ctx.consumed = reduction, ignore_index, smoothing, False
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            if ctx.consumed:
+                raise RuntimeError("baracuda cross_entropy: the fused gradient was consumed by an earlier backward "
+                                   "through this graph; set baracuda.loss.fused_autograd = False to backward twice")
+            ctx.consumed = True
+            (dx,) = ctx.saved_tensors
+            if dx.numel():
+                _run("cross_entropy", True, {"dy": grad, "grad_input": dx},
+                     {"ignore_index": float(ctx.ignore_index), "label_smoothing": float(ctx.smoothing)},
+                     ctx.reduction, dx.device, fused_grad=True)
+            return None, None, None, dx if ctx.needs_input_grad[3] else None, None, None
+else:  # pragma: no cover
+    ClassLossFunction = FusedCrossEntropyFunction = None
+
+
+def _class_loss(op, input, target, weight, reduction, ignore_index, smoothing):
+    require_torch()
+    target, weight, probs = _class_inputs(op, input, target, weight)
+    if op == "cross_entropy" and not 0.0 <= float(smoothing) <= 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {smoothing}")
+    if _grad_mode(input, target if probs else None):
+        if (op == "cross_entropy" and fused_autograd and reduction != "none"
+                and not (probs and target.requires_grad)):
+            return FusedCrossEntropyFunction.apply(reduction, int(ignore_index), float(smoothing), input,
+                                                   target.detach(), weight)
+        return ClassLossFunction.apply(op, reduction, int(ignore_index), float(smoothing), probs, input, target,
+                                       weight)
+    return _class_fw(op, input, target, weight, reduction, ignore_index, smoothing, probs)[0]
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
+    """torch.nn.functional.cross_entropy: class indices (int32/int64) or class probabilities (the
+    input's shape) over dim 1 (dim 0 for a [C] input); weight [C]; mean with class-index targets
+    divides by the sum of the weights of the non-ignored targets (NaN when there are none)."""
+    return _class_loss("cross_entropy", input, target, weight, _reduction(size_average, reduce, reduction),
+                       ignore_index, label_smoothing)
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    """torch.nn.functional.nll_loss over log-probabilities (class dim 1, or 0 for a [C] input)."""
+    return _class_loss("nll_loss", input, target, weight, _reduction(size_average, reduce, reduction), ignore_index,
+                       0.0)
+
+
+def _ce_fused(input, target, weight, ignore_index, reduction, smoothing, grad_scale, inplace):
+    """(loss, gradient) from the fused forward; the gradient is contiguous (the backward's rescale
+    needs it so) unless written in place over `input`."""
+    rows = _row_shape(input)
+    out = _loss_out(input, reduction, rows)
+    x = input.detach()
+    dx = x if inplace else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    probs = target.dtype.is_floating_point
+    flag = torch.zeros(1, dtype=torch.int32, device=input.device) if check_targets and not probs else None
+    _run("cross_entropy", False, {"input": x, "target": target, "weight": weight, "out": out, "dy": grad_scale,
+                                  "grad_input": dx, "error": flag},
+         {"ignore_index": float(ignore_index), "label_smoothing": float(smoothing)}, reduction, input.device,
+         fused_grad=True)
+    if flag is not None and int(flag.item()) != 0:
+        raise IndexError(f"baracuda.functional.cross_entropy: Target is out of bounds (a class index outside "
+                         f"[0, {input.shape[1 if input.dim() >= 2 else 0]}) that is not "
+                         f"ignore_index={ignore_index})")
+    return out, dx
+
+
+def cross_entropy_with_grad(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                            grad_scale=None, inplace=False):
+    """(loss, grad_input) of cross_entropy from ONE fused forward: each row is read, reduced, and read
+    again for its gradient while it is still in L2. The gradient is d loss / d input times
+    `grad_scale` (a tensor of the loss's shape, or None for 1), computed without autograd.
+    ``inplace=True`` writes the gradient over `input` (the logits are not needed afterwards)."""
+    require_torch()
+    reduction = _reduction(None, None, reduction)
+    target, weight, probs = _class_inputs("cross_entropy", input, target, weight)
+    if not 0.0 <= float(label_smoothing) <= 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    return _ce_fused(input, target.detach(), weight, ignore_index, reduction, label_smoothing, grad_scale, inplace)
+
+
+# ---- pointwise losses -------------------------------------------------------------------------------
+def _pw_fw(op, inputs, params, reduction):
+    row = LOSS_OPS[op]
+    x = inputs[0]
+    shape = torch.broadcast_shapes(*[t.shape for t in inputs if t is not None])
+    out = _loss_out(x, reduction, shape)
+    tensors = {name: t for name, t in zip(row["inputs"], inputs)}
+    tensors["out"] = out
+    _run(op, False, tensors, params, reduction, x.device)
+    return out
+
+
+def _pw_bw(op, grad, inputs, params, reduction, wanted):
+    """Gradients of the inputs named in `wanted` (table grad names), in table input order."""
+    row = LOSS_OPS[op]
+    x = inputs[0]
+    tensors = {name: t for name, t in zip(row["inputs"], inputs)}
+    tensors["dy"] = grad
+    grads = {}
+    for g in row["grads"]:
+        if g in wanted:
+            t = tensors[g]
+            grads[g] = torch.empty(t.shape, dtype=x.dtype, device=x.device)
+            tensors["grad_" + g] = grads[g]
+    if grads and any(t.numel() for t in grads.values()):
+        _run(op, True, tensors, params, reduction, x.device)
+    return grads
+
+
+if torch is not None:
+    class PointwiseLossFunction(torch.autograd.Function):
+        """Any pointwise row of loss_ops.def; inputs in table order (None for absent optional ones)."""
+
+        @staticmethod
+        def forward(ctx, op, reduction, params, *inputs):
+            out = _pw_fw(op, inputs, params, reduction)
+            ctx.save_for_backward(*[t if t is not None else torch.empty(0) for t in inputs])
+            ctx.absent = [t is None for t in inputs]
+            ctx.op, ctx.reduction, ctx.params = op, reduction, params
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            row = LOSS_OPS[ctx.op]
+            inputs = [None if a else t for t, a in zip(ctx.saved_tensors, ctx.absent)]
+            wanted = {name for i, name in enumerate(row["inputs"]) if ctx.needs_input_grad[3 + i]}
+            grads = _pw_bw(ctx.op, grad, inputs, ctx.params, ctx.reduction, wanted)
+            return (None, None, None, *[grads.get(name) for name in row["inputs"]])
+else:  # pragma: no cover
+    PointwiseLossFunction = None
+
+
+def _pointwise(op, reduction, params, *inputs):
+    """Casts every tensor input to the first one's dtype (autograd tracks the casts) and runs the
+    forward (through autograd when an input requires grad)."""
+    require_torch()
+    _check_cuda(op, *inputs)
+    x = inputs[0]
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: expected a floating point input, got {x.dtype}")
+    inputs = [t if t is None or t.dtype == x.dtype else t.to(x.dtype) for t in inputs]
+    params = {k: float(v) for k, v in params.items()}
+    if _grad_mode(*inputs):
+        return PointwiseLossFunction.apply(op, reduction, params, *inputs)
+    return _pw_fw(op, inputs, params, reduction)
+
+
+def _warn_broadcast(name, input, target):
+    if target.size() != input.size():
+        warnings.warn(f"Using a target size ({target.size()}) that is different to the input size ({input.size()}). "
+                      "This will likely lead to incorrect results due to broadcasting. Please ensure they have the "
+                      "same size.", stacklevel=3)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """torch.nn.functional.mse_loss: (input - target)^2 (broadcasting, as torch, with its warning)."""
+    _warn_broadcast("mse_loss", input, target)
+    return _pointwise("mse_loss", _reduction(size_average, reduce, reduction), {}, input, target)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """torch.nn.functional.l1_loss: |input - target|."""
+    _warn_broadcast("l1_loss", input, target)
+    return _pointwise("l1_loss", _reduction(size_average, reduce, reduction), {}, input, target)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """torch.nn.functional.smooth_l1_loss (beta = 0 is l1_loss)."""
+    _warn_broadcast("smooth_l1_loss", input, target)
+    return _pointwise("smooth_l1_loss", _reduction(size_average, reduce, reduction), {"beta": beta}, input, target)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0):
+    """torch.nn.functional.huber_loss."""
+    _warn_broadcast("huber_loss", input, target)
+    return _pointwise("huber_loss", _reduction(None, None, reduction), {"delta": delta}, input, target)
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """torch.nn.functional.binary_cross_entropy (log terms clamped at -100; weight broadcasts to the
+    target's shape). Inputs outside [0, 1] give NaN where torch asserts on the device."""
+    if target.size() != input.size():
+        raise ValueError(f"Using a target size ({target.size()}) that is different to the input size "
+                         f"({input.size()}) is deprecated. Please ensure they have the same size.")
+    if weight is not None:
+        weight = weight.expand(torch.broadcast_shapes(target.shape, weight.shape))
+    return _pointwise("binary_cross_entropy", _reduction(size_average, reduce, reduction), {}, input, target,
+                      weight.detach() if weight is not None else None)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None, reduction="mean",
+                                     pos_weight=None):
+    """torch.nn.functional.binary_cross_entropy_with_logits (weight and pos_weight broadcast; they
+    take no gradient)."""
+    if target.size() != input.size():
+        raise ValueError(f"Target size ({target.size()}) must be the same as input size ({input.size()})")
+    return _pointwise("binary_cross_entropy_with_logits", _reduction(size_average, reduce, reduction), {}, input,
+                      target, weight.detach() if weight is not None else None,
+                      pos_weight.detach() if pos_weight is not None else None)
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """torch.nn.functional.kl_div (input: log-probabilities; 'batchmean' divides the sum by
+    input.size(0); 'mean' is the elementwise mean, with torch's warning)."""
+    if size_average is not None or reduce is not None:
+        reduction = _reduction(size_average, reduce, "mean")
+    elif reduction == "mean":
+        warnings.warn("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                      "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                      "'mean' will be changed to behave the same as 'batchmean' in the next major release.",
+                      stacklevel=2)
+    elif reduction not in ("none", "sum", "batchmean"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return _pointwise("kl_div", reduction, {"log_target": 1.0 if log_target else 0.0}, input, target)
+
+
+def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
+                     reduction="mean"):
+    """torch.nn.functional.poisson_nll_loss."""
+    return _pointwise("poisson_nll_loss", _reduction(size_average, reduce, reduction),
+                      {"log_input": 1.0 if log_input else 0.0, "full": 1.0 if full else 0.0, "eps": eps}, input,
+                      target)
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    """torch.nn.functional.gaussian_nll_loss: var of the input's shape, or one dim short / last dim
+    1 (homoscedastic); var is clamped to eps (the gradient passes the clamp, as torch's no_grad
+    clamp does)."""
+    require_torch()
+    if not isinstance(var, torch.Tensor):
+        var = torch.full((), float(var), dtype=input.dtype, device=input.device)
+    elif var.size() != input.size():
+        if input.size()[:-1] == var.size():
+            var = torch.unsqueeze(var, -1)
+        elif input.size()[:-1] == var.size()[:-1] and var.size(-1) == 1:
+            pass
+        elif var.dim() != 0:
+            raise ValueError("var is of incorrect size")
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(reduction + " is not valid")
+    if torch.any(var < 0):
+        raise ValueError("var has negative entry/entries")
+    return _pointwise("gaussian_nll_loss", reduction, {"full": 1.0 if full else 0.0, "eps": eps}, input, target, var)
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """torch.nn.functional.soft_margin_loss: log(1 + exp(-target * input))."""
+    return _pointwise("soft_margin_loss", _reduction(size_average, reduce, reduction), {}, input, target)
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
+    """torch.nn.functional.hinge_embedding_loss."""
+    return _pointwise("hinge_embedding_loss", _reduction(size_average, reduce, reduction), {"margin": margin}, input,
+                      target)
+
+
+def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
+    """torch.nn.functional.margin_ranking_loss: max(0, -target * (input1 - input2) + margin)."""
+    if input1.dim() != input2.dim() or input1.dim() != target.dim():
+        raise RuntimeError(f"margin_ranking_loss : All input tensors should have same dimension but got sizes: "
+                           f"input1: {input1.size()}, input2: {input2.size()}, target: {target.size()} ")
+    return _pointwise("margin_ranking_loss", _reduction(size_average, reduce, reduction), {"margin": margin}, input1,
+                      input2, target)
+
+
+def loss_sku(op, tensors, params=None, reduction="mean", backward=False, fused_grad=False):
+    """The plan's SKU and the kernel variant it would launch for these tensors (roles as _C.loss)."""
+    return _C.loss_sku(op, backward, _export(tensors), params or {}, reduction, True, fused_grad)
+

@@ -1,0 +1,128 @@
+// What LossPlan::run hands to the kernels: plain structs shared by the host plan (.cpp) and the
+// per-dtype kernel translation units (.cu). No CUDA device types, so the plan compiles with a
+// plain C++ compiler.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "baracuda/ops/loss.hpp"
+#include "core/ew_iter.hpp"
+
+namespace baracuda::detail {
+
+// ---- fixed-order two-stage sums ------------------------------------------------------------------
+/// First stage: `parts` CTAs of kSumThreads, part b sums items [b * chunk, (b + 1) * chunk) in a
+/// fixed order; the second stage (one CTA) sums the parts in a fixed order. The partition is a
+/// function of the item count only (loss_sum_partition), so sums are bit-identical run to run and
+/// across GPUs.
+inline constexpr int kSumThreads = 256;
+inline constexpr int kSumMaxParts = 1024;
+/// Items a part covers at least (smaller sums take fewer parts), and the granule chunks are
+/// rounded to (the pointwise kernel's tile: kSumThreads threads x 16 elements).
+inline constexpr int64_t kSumMinChunk = 4096;
+
+/// parts, chunk for `n` items: chunk a multiple of kSumMinChunk, parts = ceil(n / chunk) <= kSumMaxParts.
+inline void loss_sum_partition(int64_t n, int* parts, int64_t* chunk) {
+  const int64_t want = (n + kSumMaxParts - 1) / kSumMaxParts;
+  int64_t c = (want + kSumMinChunk - 1) / kSumMinChunk * kSumMinChunk;
+  if (c < kSumMinChunk) c = kSumMinChunk;
+  *chunk = c;
+  const int64_t p = (n + c - 1) / c;
+  *parts = static_cast<int>(p < 1 ? 1 : p);
+}
+
+/// The second stage's outputs: out (dtype, one element) = sum_a * scale, divided by sum_b when
+/// `divide_by_b` (a weighted mean); sum_b is stored to `sum_b_out` (stats dtype) when given.
+struct SumFinish {
+  void* out = nullptr;
+  void* sum_a_out = nullptr;
+  void* sum_b_out = nullptr;
+  double scale = 1.0;
+  bool divide_by_b = false;
+};
+
+// ---- class ops (cross_entropy, nll_loss) ----------------------------------------------------------
+inline constexpr int kLossRowDims = kMaxRank - 1;
+
+/// Tensor slots of a class row. Class-shaped (the input's shape): logits (or log-probabilities),
+/// probability targets, their gradients. Row-shaped (the input's shape without the class axis):
+/// index targets, the unreduced loss, the unreduced upstream gradient.
+enum ClassSlot : int { kCsInput, kCsProbs, kCsDinput, kCsDprobs, kCsTarget, kCsLoss, kCsDy, kCsNumSlots };
+inline constexpr int kCsClassSlots = 4;  ///< slots [0, 4) have a class stride
+
+/// What a class launch does; the kernel's mode is derived from (op, probs, fw, grad).
+struct ClassLaunch {
+  LossOp op = LossOp::cross_entropy;
+  bool probs = false;  ///< cross_entropy with probability targets
+  bool fw = true;      ///< compute the loss (per row, then the reduction)
+  bool grad = false;   ///< write the input's gradient (backward, or forward with fused_grad)
+  /// Backward of a fused forward: scale the forward's gradient (dinput, contiguous, computed with
+  /// dy = 1) in place by dy[0]; nothing is written when dy is 1.
+  bool rescale = false;
+  Reduction reduction = Reduction::mean;
+  int64_t rows = 0;
+  int64_t classes = 0;
+  /// Row index -> element offset per slot: the coalesced non-class dims, innermost first.
+  int row_ndim = 0;
+  int64_t row_size[kLossRowDims] = {};
+  int64_t row_stride[kCsNumSlots][kLossRowDims] = {};
+  int64_t cstride[kCsClassSlots] = {};  ///< class-axis stride of the class-shaped slots
+  const void* input = nullptr;
+  const void* probs_target = nullptr;
+  const void* target = nullptr;  ///< class indices
+  bool target64 = true;
+  const void* weight = nullptr;  ///< [C], dense, dtype
+  void* dinput = nullptr;
+  void* dprobs = nullptr;
+  void* loss = nullptr;                   ///< reduction none: the user's out (kCsLoss strides)
+  void* loss_rows = nullptr;              ///< reduced forward: workspace, one stats-dtype value per row
+  void* weight_rows = nullptr;            ///< mean over indices: workspace, the row's target weight
+  void* lse_out = nullptr;                ///< stats dtype, dense, one per row
+  const void* lse_in = nullptr;           ///< backward
+  const void* dy = nullptr;               ///< null: 1 (fused forward gradient)
+  bool dy_rows = false;                   ///< dy has the row shape (reduction none), else one element
+  const void* total_weight_in = nullptr;  ///< mean over indices: the divisor (stats dtype)
+  void* out = nullptr;                    ///< reduced forward: the loss (dtype, one element)
+  void* total_weight_out = nullptr;       ///< reduced forward (optional)
+  void* partial = nullptr;                ///< workspace: [parts] pairs of stats-dtype sums
+  void* scratch = nullptr;                ///< workspace: [0] total weight (fused), [1] sum of weight[C]
+  int parts = 1;
+  int64_t chunk = 0;
+  int* error = nullptr;
+  int64_t ignore_index = -100;
+  double smoothing = 0;
+  // Launch shape (LossPlan::Config).
+  int tpr = 32;
+  int block = 128;
+  bool vec = false;
+};
+
+// ---- pointwise ops ---------------------------------------------------------------------------------
+/// Operand order of the pointwise iteration (EwIter: outputs first, then inputs): forward none
+/// [out | in0..in3], forward reduced [ | in0..in3], backward [grad0..grad2 | dy, in0..in3]. Absent
+/// operands (optional inputs, unwanted gradients) have a null pointer and zero strides.
+struct PointwiseLaunch {
+  LossOp op = LossOp::mse_loss;
+  Direction dir = Direction::Forward;
+  bool reduce = false;  ///< forward with mean/sum/batchmean
+  EwIter it;
+  int nin = 0;    ///< table inputs (absent ones included)
+  int ngrad = 0;  ///< backward: table gradients (absent ones included)
+  bool vec = false;
+  double params[kLossMaxParams] = {};
+  double scale = 1.0;      ///< reduced: 1/n (mean), 1/shape[0] (batchmean), 1 (sum); backward: the same on dy
+  bool dy_scalar = false;  ///< backward of a reduced loss: dy is one element
+  void* partial = nullptr;
+  int parts = 1;
+  int64_t chunk = 0;
+  SumFinish finish;
+};
+
+/// The launch sequence of one (dtype): kernels for a class op, a pointwise op.
+template <DType D>
+cudaError_t loss_class_run(const ClassLaunch& p, cudaStream_t stream);
+template <DType D>
+cudaError_t loss_pointwise_run(const PointwiseLaunch& p, cudaStream_t stream);
+
+}  // namespace baracuda::detail

@@ -1,0 +1,1066 @@
+// LossPlan: the table, descriptor validation, launch shape, argument checks and the launch
+// sequence of the loss family (kernels: class_kernel.cuh, pointwise_kernel.cuh, loss_sum.cuh).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "baracuda/ops/loss.hpp"
+#include "core/impl_list.hpp"
+#include "core/plan_common.hpp"
+#include "ops/elementwise/ew_registry.hpp"  // ew_sum_to_shape: gradients of broadcast inputs
+#include "ops/loss/loss_launch.hpp"
+
+namespace baracuda {
+
+// ---- the table -------------------------------------------------------------------------------------
+namespace {
+const LossOpInfo kOps[] = {
+#define BARACUDA_LOSS(name, kind, fw, bw, inputs, grads, params, tol) \
+  {LossOp::name, #name, LossKind::kind, DTypeSet(fw), DTypeSet(bw), inputs, grads, params, tol},
+#include "baracuda/ops/loss_ops.def"
+#undef BARACUDA_LOSS
+};
+
+using detail::dtype_list;
+using detail::invalid;
+using detail::unsupported;
+
+std::string dname(DType t) { return std::string(name(t)); }
+
+/// Item k of a comma-separated column ("" past the end).
+std::string item(const char* list, int k) {
+  std::string_view s(list);
+  for (int i = 0; !s.empty(); ++i) {
+    const size_t c = s.find(',');
+    const std::string_view it = s.substr(0, c);
+    if (i == k) return std::string(it);
+    if (c == std::string_view::npos) break;
+    s.remove_prefix(c + 1);
+  }
+  return {};
+}
+int count(const char* list) {
+  if (*list == '\0') return 0;
+  return 1 + static_cast<int>(std::count(list, list + std::strlen(list), ','));
+}
+std::string strip_optional(std::string s) {
+  if (!s.empty() && s.back() == '?') s.pop_back();
+  return s;
+}
+
+std::string op_label(const LossDesc& d) {
+  return std::string(info(d.op).name) + (d.direction == Direction::Backward ? "_backward" : "");
+}
+bool is_index_dtype(DType t) { return t == DType::s32 || t == DType::s64; }
+}  // namespace
+
+std::span<const LossOpInfo> loss_ops() { return kOps; }
+const LossOpInfo& info(LossOp op) { return kOps[static_cast<int>(op)]; }
+std::optional<LossOp> loss_op_from_name(std::string_view n) {
+  for (const auto& r : kOps)
+    if (n == r.name) return r.op;
+  return std::nullopt;
+}
+DType loss_stats_dtype(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+int LossOpInfo::num_inputs() const { return count(inputs); }
+std::string LossOpInfo::input_name(int k) const { return strip_optional(item(inputs, k)); }
+bool LossOpInfo::input_optional(int k) const {
+  const std::string s = item(inputs, k);
+  return !s.empty() && s.back() == '?';
+}
+int LossOpInfo::input_index(std::string_view n) const {
+  for (int k = 0; k < num_inputs(); ++k)
+    if (input_name(k) == n) return k;
+  return -1;
+}
+int LossOpInfo::num_grads() const { return count(grads); }
+std::string LossOpInfo::grad_name(int g) const { return item(grads, g); }
+int LossOpInfo::grad_input(int g) const { return input_index(grad_name(g)); }
+int LossOpInfo::num_params() const { return count(params); }
+std::string LossOpInfo::param_name(int k) const {
+  const std::string s = item(params, k);
+  return s.substr(0, s.find('='));
+}
+double LossOpInfo::param_default(int k) const {
+  const std::string s = item(params, k);
+  const size_t eq = s.find('=');
+  return eq == std::string::npos ? 0.0 : std::strtod(s.c_str() + eq + 1, nullptr);
+}
+int LossOpInfo::param_index(std::string_view n) const {
+  for (int k = 0; k < num_params(); ++k)
+    if (param_name(k) == n) return k;
+  return -1;
+}
+
+const char* to_string(Reduction r) {
+  switch (r) {
+    case Reduction::none:
+      return "none";
+    case Reduction::mean:
+      return "mean";
+    case Reduction::sum:
+      return "sum";
+    case Reduction::batchmean:
+      return "batchmean";
+  }
+  return "?";
+}
+std::optional<Reduction> reduction_from_name(std::string_view n) {
+  for (Reduction r : {Reduction::none, Reduction::mean, Reduction::sum, Reduction::batchmean})
+    if (n == to_string(r)) return r;
+  return std::nullopt;
+}
+
+// ---- descriptor ----------------------------------------------------------------------------------------
+namespace {
+void fill_defaults(LossDesc& d) {
+  const auto& in = info(d.op);
+  d.params = {};
+  for (int k = 0; k < in.num_params() && k < kLossMaxParams; ++k) d.params[k] = in.param_default(k);
+}
+/// The input's shape without the class axis (axis 1, or 0 for an unbatched [C] input).
+Shape row_shape(const Shape& input) {
+  Shape s;
+  if (input.rank < 1) return s;
+  const int cdim = input.rank >= 2 ? 1 : 0;
+  for (int i = 0; i < input.rank; ++i)
+    if (i != cdim) s.dims[s.rank++] = input.dims[i];
+  return s;
+}
+int class_dim(const Shape& input) { return input.rank >= 2 ? 1 : 0; }
+}  // namespace
+
+LossDesc LossDesc::make(LossOp op, DType dt, std::initializer_list<Shape> shapes, Reduction r, Direction dir) {
+  LossDesc d;
+  d.op = op;
+  d.direction = dir;
+  d.dtype = dt;
+  d.reduction = r;
+  d.present = 0;
+  int k = 0;
+  for (const Shape& s : shapes) {
+    if (k >= kLossMaxInputs) break;
+    d.shapes[k] = s;
+    d.present |= uint8_t(1u << k);
+    ++k;
+  }
+  fill_defaults(d);
+  return d;
+}
+
+LossDesc LossDesc::cross_entropy(DType dt, const Shape& input, DType target_dtype, bool weight, Reduction r,
+                                 int64_t ignore_index, double label_smoothing, Direction dir) {
+  LossDesc d;
+  d.op = LossOp::cross_entropy;
+  d.direction = dir;
+  d.dtype = dt;
+  d.reduction = r;
+  d.target_dtype = target_dtype;
+  d.shapes[0] = input;
+  d.shapes[1] = is_index_dtype(target_dtype) ? row_shape(input) : input;
+  d.present = 0b011;
+  if (weight) {
+    d.shapes[2] = Shape::of({input.rank >= 1 ? input.dims[class_dim(input)] : 0});
+    d.present |= 0b100;
+  }
+  fill_defaults(d);
+  d.params[0] = static_cast<double>(ignore_index);
+  d.params[1] = label_smoothing;
+  return d;
+}
+
+LossDesc LossDesc::nll_loss(DType dt, const Shape& input, DType target_dtype, bool weight, Reduction r,
+                            int64_t ignore_index, Direction dir) {
+  LossDesc d = cross_entropy(dt, input, target_dtype, weight, r, ignore_index, 0.0, dir);
+  d.op = LossOp::nll_loss;
+  fill_defaults(d);
+  d.params[0] = static_cast<double>(ignore_index);
+  return d;
+}
+
+Result<void> LossDesc::set_param(std::string_view pname, double value) {
+  const auto& in = info(op);
+  const int k = in.param_index(pname);
+  if (k < 0 || k >= kLossMaxParams)
+    return invalid(std::string(in.name) + ": unknown parameter '" + std::string(pname) +
+                   "' (expected one of: " + (*in.params ? std::string(in.params) : std::string("none")) + ")");
+  params[k] = value;
+  return {};
+}
+
+double LossDesc::param(std::string_view pname) const {
+  const int k = info(op).param_index(pname);
+  return k < 0 || k >= kLossMaxParams ? std::nan("") : params[k];
+}
+
+// ---- select ------------------------------------------------------------------------------------------
+namespace {
+Result<void> check_shape(const std::string& label, const char* what, const Shape& s) {
+  if (s.rank < 0 || s.rank > kMaxRank)
+    return invalid(label + ": " + what + " rank expected 0..8, got " + std::to_string(s.rank));
+  for (int i = 0; i < s.rank; ++i)
+    if (s.dims[i] < 0) return invalid(label + ": negative size in " + what + " shape " + s.str());
+  return {};
+}
+
+Result<void> check_flag(const std::string& label, const LossDesc& d, const char* pname) {
+  const double v = d.param(pname);
+  if (v != 0.0 && v != 1.0) return invalid(label + ": " + pname + " expected 0 or 1, got " + std::to_string(v));
+  return {};
+}
+
+Result<void> check_classes(const LossDesc& d) {
+  const std::string label = op_label(d);
+  const bool ce = d.op == LossOp::cross_entropy;
+  const Shape& x = d.shapes[0];
+  BARACUDA_TRY(check_shape(label, "input", x));
+  if (x.rank < 1)
+    return invalid(label + ": input rank expected >= 1 ([C], [N, C] or [N, C, d1, ...]), got a 0-dim input");
+  if ((d.present & 0b011) != 0b011) return invalid(label + ": input and target are required");
+  const int cdim = class_dim(x);
+  const int64_t C = x.dims[cdim];
+  const bool probs = !is_index_dtype(d.target_dtype);
+  if (probs && !ce)
+    return invalid(label + ": target dtype expected int32 or int64 (class indices), got " + dname(d.target_dtype));
+  if (probs && d.target_dtype != d.dtype)
+    return invalid(label + ": target dtype expected int32/int64 (class indices) or " + dname(d.dtype) +
+                   " (class probabilities), got " + dname(d.target_dtype));
+  const Shape want_t = probs ? x : row_shape(x);
+  if (!(d.shapes[1] == want_t))
+    return invalid(label + ": target shape expected " + want_t.str() +
+                   (probs ? " (probabilities: the input's shape)" : " (the input's shape without the class dim)") +
+                   ", got " + d.shapes[1].str());
+  if (d.has(2) && !(d.shapes[2] == Shape::of({C})))
+    return invalid(label + ": weight shape expected [" + std::to_string(C) + "] (one per class), got " +
+                   d.shapes[2].str());
+  if (d.has(3)) return invalid(label + ": takes 3 inputs (input, target, weight), got a 4th");
+  const int64_t rows = row_shape(x).numel();
+  if (C == 0 && rows > 0)
+    return invalid(label + ": input.shape[" + std::to_string(cdim) + "] (classes) expected >= 1, got 0 with " +
+                   std::to_string(rows) + " rows");
+  const double ii = d.params[0];
+  if (!std::isfinite(ii) || ii != std::floor(ii) || std::fabs(ii) > 9.0e15)
+    return invalid(label + ": ignore_index expected an integer, got " + std::to_string(ii));
+  if (ce) {
+    const double ls = d.params[1];
+    if (!(ls >= 0.0 && ls <= 1.0))
+      return invalid(label + ": label_smoothing expected in [0, 1], got " + std::to_string(ls));
+  }
+  if (d.reduction == Reduction::batchmean)
+    return invalid(label + ": reduction expected none, mean or sum, got batchmean (kl_div only)");
+  if (d.fused_grad && !ce) return invalid(label + ": fused_grad expected only for cross_entropy");
+  if (d.fused_grad && d.direction == Direction::Backward && d.reduction == Reduction::none)
+    return invalid(label +
+                   ": fused_grad's backward rescales the forward's gradient by one dy: reduction expected mean or "
+                   "sum, got none");
+  return {};
+}
+
+Result<void> check_pointwise(const LossDesc& d, Shape* bcast) {
+  const auto& in = info(d.op);
+  const std::string label = op_label(d);
+  std::vector<Shape> present;
+  for (int k = 0; k < kLossMaxInputs; ++k) {
+    if (!d.has(k)) continue;
+    if (k >= in.num_inputs())
+      return invalid(label + ": takes " + std::to_string(in.num_inputs()) + " inputs (" + in.inputs + "), got input " +
+                     std::to_string(k));
+    BARACUDA_TRY(check_shape(label, in.input_name(k).c_str(), d.shapes[k]));
+    present.push_back(d.shapes[k]);
+  }
+  for (int k = 0; k < in.num_inputs(); ++k)
+    if (!d.has(k) && !in.input_optional(k)) return invalid(label + ": " + in.input_name(k) + " is required");
+  auto b = broadcast_shapes(label, present);
+  if (!b) return b.error();
+  *bcast = *b;
+  if (d.reduction == Reduction::batchmean && d.op != LossOp::kl_div)
+    return invalid(label + ": reduction expected none, mean or sum, got batchmean (kl_div only)");
+  if (d.fused_grad) return invalid(label + ": fused_grad expected only for cross_entropy");
+  for (int k = 0; k < in.num_params(); ++k)
+    if (std::isnan(d.params[k])) return invalid(label + ": " + in.param_name(k) + " expected a number, got NaN");
+  switch (d.op) {
+    case LossOp::smooth_l1_loss:
+      if (!(d.params[0] >= 0))
+        return invalid(label + ": beta expected >= 0 (smooth_l1_loss does not support negative values), got " +
+                       std::to_string(d.params[0]));
+      break;
+    case LossOp::huber_loss:
+      if (!(d.params[0] > 0))
+        return invalid(label + ": delta expected > 0 (huber_loss does not support non-positive values), got " +
+                       std::to_string(d.params[0]));
+      break;
+    case LossOp::kl_div:
+      BARACUDA_TRY(check_flag(label, d, "log_target"));
+      break;
+    case LossOp::poisson_nll_loss:
+      BARACUDA_TRY(check_flag(label, d, "log_input"));
+      BARACUDA_TRY(check_flag(label, d, "full"));
+      break;
+    case LossOp::gaussian_nll_loss:
+      BARACUDA_TRY(check_flag(label, d, "full"));
+      if (!(d.params[1] >= 0)) return invalid(label + ": eps expected >= 0, got " + std::to_string(d.params[1]));
+      break;
+    default:
+      break;
+  }
+  return {};
+}
+
+Result<void> native_accepts(const Target& target, const LossDesc& d, const PlanPreference& pref) {
+  const auto& in = info(d.op);
+  const std::string label = op_label(d);
+  if (in.kind == LossKind::linear)
+    return unsupported(label +
+                       ": the fused linear + cross-entropy needs a chunked GEMM, not implemented (compute the "
+                       "logits with gemm and call cross_entropy)");
+  if (pref.backend != Backend::Any && pref.backend != Backend::Native)
+    return unsupported(label + ": preference backend=" + to_string(pref.backend) +
+                       " cannot be honoured (losses have only the native backend)");
+  if (pref.tf32 == Tristate::Require)
+    return unsupported(label + ": preference tf32=Require cannot be honoured (no TF32 mode in losses)");
+  if (pref.reduced_precision_reduction == Tristate::Require)
+    return unsupported(label +
+                       ": preference reduced_precision_reduction=Require cannot be honoured (sums accumulate in "
+                       "f32, f64 for f64)");
+  if (target.sm < 80)
+    return unsupported(label + ": target sm_" + std::to_string(target.sm) + " is below the minimum sm_80");
+  const DTypeSet allowed = d.direction == Direction::Backward ? in.bw_dtypes : in.fw_dtypes;
+  if (!contains(allowed, d.dtype))
+    return unsupported(label + ": dtype expected one of {" + dtype_list(allowed) + "}, got " + dname(d.dtype));
+  return {};
+}
+
+struct LossImpl {
+  const char* name;
+  Result<void> (*accepts)(const Target&, const LossDesc&, const PlanPreference&);
+};
+constexpr LossImpl kLossImpls[] = {{"native", native_accepts}};
+
+constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+/// Elements a class-row thread holds per chunk on the 16-byte path (class_kernel.cuh: kClassUnroll
+/// vectors of 16 / sizeof(T)).
+constexpr int kClassUnroll = 4;
+constexpr int kClassMaxTpr = 512;
+/// Rows at least this many take the column mapping when the class axis is strided (one thread a
+/// row; below it too few threads would run). A fixed number: the launch shape never depends on
+/// the device.
+constexpr int64_t kColumnMinRows = 4096;
+
+int pow2_at_least(int64_t v, int cap) {
+  int p = 1;
+  while (p < v && p < cap) p <<= 1;
+  return p;
+}
+}  // namespace
+
+Result<LossPlan> LossPlan::select(const Target& target, const LossDesc& desc, const PlanPreference& pref) {
+  if (static_cast<size_t>(desc.op) >= std::size(kOps))
+    return invalid("loss: op id " + std::to_string(static_cast<int>(desc.op)) + " is out of range");
+  const auto& in = info(desc.op);
+  const std::string label = op_label(desc);
+  if (static_cast<int>(desc.reduction) > static_cast<int>(Reduction::batchmean))
+    return invalid(label + ": reduction id " + std::to_string(static_cast<int>(desc.reduction)) + " is out of range");
+  LossPlan p;
+  p.desc_ = desc;
+  if (in.kind == LossKind::classes) {
+    BARACUDA_TRY(check_classes(desc));
+  } else if (in.kind == LossKind::pointwise) {
+    BARACUDA_TRY(check_pointwise(desc, &p.bcast_));
+  }
+  auto impl = detail::first_accepting<LossImpl>(label, kLossImpls, target, desc, pref);
+  if (!impl) return impl.error();
+  p.allow_vectorized_ = pref.vectorized != Tristate::Forbid;
+  // Keep descriptors comparable: absent inputs have no shape, unused fields their defaults.
+  for (int k = 0; k < kLossMaxInputs; ++k)
+    if (!desc.has(k)) p.desc_.shapes[k] = Shape{};
+  if (in.kind != LossKind::classes) p.desc_.target_dtype = desc.dtype;
+
+  const bool bw = desc.direction == Direction::Backward;
+  const bool reduced = desc.reduction != Reduction::none;
+  const DType stats = loss_stats_dtype(desc.dtype);
+  const size_t acc = static_cast<size_t>(size_in_bytes(stats));
+  const int es = size_in_bytes(desc.dtype);
+  const int vec = 16 / es;
+  Config& c = p.cfg_;
+  p.sku_.category = "loss";
+  p.sku_.op = label;
+  p.sku_.arch = target.sm >= 90 ? "sm_90a" : "sm_80";
+  p.sku_.backend = Backend::Native;
+  p.sku_.precision.math = stats;
+  p.sku_.precision.accumulator = stats;
+  p.sku_.precision.deterministic = true;
+  p.sku_.precision.bit_stable = true;
+  p.sku_.epilogue = std::string("reduction=") + to_string(desc.reduction);
+
+  if (in.kind == LossKind::classes) {
+    const Shape& x = desc.shapes[0];
+    const bool probs = !is_index_dtype(desc.target_dtype);
+    const bool ce = desc.op == LossOp::cross_entropy;
+    p.classes_ = x.dims[class_dim(x)];
+    p.rows_ = row_shape(x).numel();
+    p.loss_shape_ = reduced ? Shape{} : row_shape(x);
+    // Launch shape: a function of (dtype, classes) only. A group holds kClassUnroll 16-byte
+    // vectors a thread per chunk; rows up to a chunk of 512 threads are read in one chunk.
+    const int64_t items = int64_t(kClassUnroll) * vec;
+    c.tpr = pow2_at_least((p.classes_ + items - 1) / items, kClassMaxTpr);
+    if (desc.op == LossOp::nll_loss && !bw) c.tpr = 1;  // a gather per row: no class pass
+    c.block = c.tpr > 32 ? c.tpr : 128;
+    detail::loss_sum_partition(p.rows_, &c.parts, &c.chunk);
+    p.sku_.dtypes = dname(desc.dtype) + "," + dname(desc.target_dtype) + "->" + dname(desc.dtype);
+    p.sku_.layout = std::string(c.tpr > 32 ? "cta" : (c.tpr == 32 ? "warp" : "subwarp")) +
+                    "-rows(tpr=" + std::to_string(c.tpr) + ")" +
+                    (p.allow_vectorized_ ? "" : " (vectorization forbidden)");
+    if (ce)
+      p.sku_.precision.note = std::string("online (max, sum exp) per row, exp via ") +
+                              (es == 2 ? "__expf (16-bit storage)" : (es == 8 ? "exp" : "expf")) +
+                              (bw && !desc.fused_grad ? "; gradient from the saved log-sum-exp" : "") +
+                              (desc.fused_grad ? (bw ? "; rescales the fused forward's gradient by dy (none if 1)"
+                                                     : "; gradient fused in the forward")
+                                               : "");
+    if (reduced)
+      p.sku_.precision.note += std::string(p.sku_.precision.note.empty() ? "" : "; ") +
+                               "per-row losses, fixed-order two-stage sum (" + std::to_string(c.parts) + " parts)";
+    // Workspace: per-row losses and target weights, partial sums, two scalars.
+    const bool smooth_w = desc.has(2) && ce && desc.params[1] != 0.0 && !probs;
+    const bool need_rows = !bw && reduced;
+    const bool need_partial = need_rows || (!bw && desc.fused_grad && desc.reduction == Reduction::mean && !probs) ||
+                              (bw && smooth_w && !desc.fused_grad);
+    size_t ws = 0;
+    if (need_rows) ws += align256(static_cast<size_t>(p.rows_) * acc) * (probs ? 1 : 2);
+    if (need_partial) ws += align256(size_t(detail::kSumMaxParts) * 2 * acc) + align256(2 * acc);
+    p.workspace_bytes_ = ws;
+  } else {  // pointwise
+    p.rows_ = p.bcast_.numel();
+    p.classes_ = 1;
+    p.loss_shape_ = reduced ? Shape{} : p.bcast_;
+    detail::loss_sum_partition(p.rows_, &c.parts, &c.chunk);
+    c.tpr = 1;
+    c.block = detail::kSumThreads;
+    if (!(reduced && !bw)) {  // one tile a CTA
+      c.chunk = detail::kSumMinChunk;
+      c.parts = static_cast<int>(std::max<int64_t>(1, (p.rows_ + c.chunk - 1) / c.chunk));
+    }
+    p.sku_.dtypes = dname(desc.dtype) + "->" + dname(desc.dtype);
+    p.sku_.layout = std::string("pointwise") + (p.allow_vectorized_ ? "" : " (vectorization forbidden)");
+    p.sku_.precision.note = std::string(reduced && !bw ? "loss summed in the kernel, fixed-order two-stage sum (" +
+                                                             std::to_string(c.parts) + " parts)"
+                                                       : "elementwise");
+    size_t ws = 0;
+    if (!bw && reduced) ws += align256(size_t(detail::kSumMaxParts) * 2 * acc);
+    if (bw) {
+      for (int g = 0; g < in.num_grads(); ++g) {
+        const int k = in.grad_input(g);
+        if (k >= 0 && desc.has(k) && !(desc.shapes[k] == p.bcast_))
+          ws += align256(static_cast<size_t>(p.rows_) * static_cast<size_t>(es));
+      }
+    }
+    p.workspace_bytes_ = ws;
+  }
+  return p;
+}
+
+// ---- argument checks -------------------------------------------------------------------------------
+namespace {
+bool given(const TensorRef& t) { return t.data != nullptr || t.layout.rank != 0; }
+bool given(const TensorMut& t) { return t.data != nullptr || t.layout.rank != 0; }
+
+/// How a tensor's shape is checked.
+enum class Want { Exact, OneElement, Rows, Dense1 };
+
+struct Operand {
+  std::string role;
+  const void* data;
+  DType dtype;
+  const Layout* layout;
+  bool is_output;
+};
+
+/// Byte range [lo, hi) the tensor can touch; fails on negative strides or int64 overflow.
+Result<void> byte_range(const std::string& label, const Operand& o, uintptr_t* lo, uintptr_t* hi) {
+  const Layout& l = *o.layout;
+  int64_t span = 0;
+  for (int d = 0; d < l.rank; ++d) {
+    if (l.stride[d] < 0)
+      return invalid(label + ": " + o.role + " stride[" + std::to_string(d) + "] expected >= 0, got " +
+                     std::to_string(l.stride[d]) + " (negative strides are not supported)");
+    if (l.shape[d] == 0) {
+      *lo = *hi = 0;
+      return {};
+    }
+    int64_t t;
+    if (__builtin_mul_overflow(l.shape[d] - 1, l.stride[d], &t) || __builtin_add_overflow(span, t, &span))
+      return invalid(label + ": " + o.role + " footprint overflows 64 bits (shape " + l.shape_str() + ", strides " +
+                     l.stride_str() + ")");
+  }
+  int64_t bytes;
+  if (__builtin_mul_overflow(span + 1, static_cast<int64_t>(size_in_bytes(o.dtype)), &bytes))
+    return invalid(label + ": " + o.role + " footprint overflows 64 bits");
+  *lo = reinterpret_cast<uintptr_t>(o.data);
+  *hi = *lo + static_cast<uintptr_t>(bytes);
+  return {};
+}
+
+bool same_view(const Operand& a, const Operand& b) {
+  if (a.data != b.data || a.dtype != b.dtype || a.layout->rank != b.layout->rank) return false;
+  for (int d = 0; d < a.layout->rank; ++d) {
+    if (a.layout->shape[d] != b.layout->shape[d]) return false;
+    if (a.layout->shape[d] != 1 && a.layout->stride[d] != b.layout->stride[d]) return false;
+  }
+  return true;
+}
+}  // namespace
+
+Result<void> LossPlan::can_implement(const LossArgs& a) const {
+  const auto& in = info(desc_.op);
+  const std::string label = op_label(desc_);
+  const bool bw = desc_.direction == Direction::Backward;
+  const bool reduced = desc_.reduction != Reduction::none;
+  const bool classes = in.kind == LossKind::classes;
+  const bool probs = classes && !is_index_dtype(desc_.target_dtype);
+  const bool ce = desc_.op == LossOp::cross_entropy;
+  const bool mean_idx = classes && !probs && desc_.reduction == Reduction::mean;
+  const DType stats = loss_stats_dtype(desc_.dtype);
+
+  auto must_not = [&](bool present, const char* role, const std::string& why) -> Result<void> {
+    if (present) return invalid(label + ": " + role + " given but " + why);
+    return {};
+  };
+  if (bw && desc_.fused_grad) {  // the rescale of a fused forward's gradient: dy and grad[0] only
+    const std::string why = "the fused gradient's backward reads dy and grad[0] only";
+    for (int k = 0; k < kLossMaxInputs; ++k) BARACUDA_TRY(must_not(given(a.in[k]), "an input", why));
+    BARACUDA_TRY(must_not(given(a.lse) || given(a.total_weight), "lse/total_weight", why));
+    BARACUDA_TRY(must_not(given(a.out) || given(a.save_lse) || given(a.save_total_weight) || given(a.error),
+                          "a forward output", why));
+    BARACUDA_TRY(must_not(given(a.grad[1]) || given(a.grad[2]), "grad[1]/grad[2]", why));
+    if (!given(a.dy)) return invalid(label + ": dy is required but was not given");
+    if (a.dy.dtype != desc_.dtype)
+      return invalid(label + ": dy dtype expected " + dname(desc_.dtype) + ", got " + dname(a.dy.dtype));
+    if (a.dy.numel() != 1)
+      return invalid(label + ": dy expected one element (a reduced loss), got shape " + a.dy.layout.shape_str());
+    if (a.dy.data == nullptr) return invalid(label + ": dy is null");
+    const TensorMut& g = a.grad[0];
+    if (!given(g)) return invalid(label + ": grad[0] (input) is required but was not given");
+    if (g.dtype != desc_.dtype)
+      return invalid(label + ": grad[0] (input) dtype expected " + dname(desc_.dtype) + ", got " + dname(g.dtype));
+    if (!(Shape::of(g.layout) == desc_.shapes[0]))
+      return invalid(label + ": grad[0] (input) shape expected " + desc_.shapes[0].str() + ", got " +
+                     g.layout.shape_str());
+    if (!g.layout.is_contiguous())
+      return invalid(label +
+                     ": grad[0] (input) expected a contiguous tensor (the fused forward's gradient), got strides " +
+                     g.layout.stride_str());
+    if (g.numel() > 0 && g.data == nullptr) return invalid(label + ": grad[0] (input) is null");
+    const auto glo = reinterpret_cast<uintptr_t>(g.data), dlo = reinterpret_cast<uintptr_t>(a.dy.data);
+    const auto ghi = glo + static_cast<uintptr_t>(g.numel()) * static_cast<uintptr_t>(size_in_bytes(g.dtype));
+    if (g.numel() > 0 && dlo + static_cast<uintptr_t>(size_in_bytes(a.dy.dtype)) > glo && dlo < ghi)
+      return invalid(label + ": grad[0] (input) overlaps dy");
+    return {};
+  }
+  for (int k = 0; k < kLossMaxInputs; ++k)
+    if (given(a.in[k]) && !desc_.has(k))
+      return invalid(label + ": in[" + std::to_string(k) + "] given but " +
+                     (k < in.num_inputs()
+                          ? "desc.present does not list " + in.input_name(k)
+                          : std::string("the op takes ") + std::to_string(in.num_inputs()) + " inputs"));
+  const bool grads_here = bw || desc_.fused_grad;
+  for (int g = 0; g < kLossMaxGrads; ++g) {
+    if (!given(a.grad[g])) continue;
+    if (!grads_here)
+      return invalid(label + ": grad[" + std::to_string(g) +
+                     "] given but the forward writes no gradient (fused_grad "
+                     "is false)");
+    if (g >= in.num_grads())
+      return invalid(label + ": grad[" + std::to_string(g) + "] given but the op has " +
+                     std::to_string(in.num_grads()) + " gradients (" + in.grads + ")");
+    const int k = in.grad_input(g);
+    if (k < 0 || !desc_.has(k))
+      return invalid(label + ": grad[" + std::to_string(g) + "] (" + in.grad_name(g) +
+                     ") given but that input is "
+                     "absent");
+    if (classes && g == 1 && !probs)
+      return invalid(label + ": grad[1] (target) given but class-index targets have no gradient");
+  }
+  BARACUDA_TRY(must_not(given(a.lse) && !(bw && ce), "lse", "only cross_entropy's backward reads it"));
+  BARACUDA_TRY(must_not(given(a.total_weight) && !(bw && mean_idx), "total_weight",
+                        "only a class backward with mean over class indices reads it"));
+  BARACUDA_TRY(must_not(given(a.save_lse) && !(!bw && ce), "save_lse", "only cross_entropy's forward writes it"));
+  BARACUDA_TRY(must_not(given(a.save_total_weight) && !(!bw && classes && !probs && reduced), "save_total_weight",
+                        "only a reduced class forward over class indices writes it"));
+  BARACUDA_TRY(must_not(given(a.error) && !(classes && !probs), "error", "only class-index targets are checked"));
+  BARACUDA_TRY(must_not(given(a.dy) && !(bw || desc_.fused_grad), "dy",
+                        "the forward reads no dy (fused_grad is "
+                        "false)"));
+  BARACUDA_TRY(must_not(given(a.out) && bw, "out", "the backward writes grad[...]"));
+
+  struct Item {
+    Operand op;
+    DType dtype;
+    Want want;
+    Shape shape;  ///< Exact
+    bool required;
+    bool main;  ///< may be an exact in-place partner (same shape as the iteration)
+  };
+  std::vector<Item> items;
+  auto ref = [&](const std::string& role, const TensorRef& t, DType dt, Want w, const Shape& s, bool req, bool main) {
+    items.push_back({{role, t.data, t.dtype, &t.layout, false}, dt, w, s, req, main});
+  };
+  auto mut = [&](const std::string& role, const TensorMut& t, DType dt, Want w, const Shape& s, bool req, bool main) {
+    items.push_back({{role, t.data, t.dtype, &t.layout, true}, dt, w, s, req, main});
+  };
+  const Shape none_shape{};
+  const Want loss_want = reduced ? Want::OneElement : Want::Exact;
+  for (int k = 0; k < in.num_inputs() && k < kLossMaxInputs; ++k) {
+    if (!desc_.has(k)) continue;
+    const DType dt = classes && k == 1 ? desc_.target_dtype : desc_.dtype;
+    const bool dense = classes && k == 2;  // class weights are indexed densely
+    ref(in.input_name(k), a.in[k], dt, dense ? Want::Dense1 : Want::Exact, desc_.shapes[k], true,
+        desc_.shapes[k] == (classes ? desc_.shapes[0] : bcast_));
+  }
+  // Class ops' per-row tensors are no in-place partners: a row's loss is written before its dy is read.
+  if (bw || desc_.fused_grad) ref("dy", a.dy, desc_.dtype, loss_want, loss_shape_, bw, !reduced && !classes);
+  if (!bw) mut("out", a.out, desc_.dtype, loss_want, loss_shape_, true, !reduced && !classes);
+  for (int g = 0; g < in.num_grads() && g < kLossMaxGrads; ++g) {
+    const int k = in.grad_input(g);
+    if (k >= 0 && desc_.has(k) && grads_here && !(classes && g == 1 && !probs))
+      mut("grad[" + std::to_string(g) + "] (" + in.grad_name(g) + ")", a.grad[g], desc_.dtype, Want::Exact,
+          desc_.shapes[k], false, desc_.shapes[k] == (classes ? desc_.shapes[0] : bcast_));
+  }
+  if (classes) {
+    if (bw && ce) ref("lse", a.lse, stats, Want::Rows, none_shape, true, false);
+    if (bw && mean_idx) ref("total_weight", a.total_weight, stats, Want::OneElement, none_shape, true, false);
+    if (!bw && ce) mut("save_lse", a.save_lse, stats, Want::Rows, none_shape, false, false);
+    if (!bw && !probs && reduced)
+      mut("save_total_weight", a.save_total_weight, stats, Want::OneElement, none_shape, false, false);
+    if (!probs) mut("error", a.error, DType::s32, Want::OneElement, none_shape, false, false);
+  }
+
+  std::vector<std::pair<uintptr_t, uintptr_t>> range(items.size(), {0, 0});
+  std::vector<bool> used(items.size(), false);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& w = items[i];
+    const Operand& o = w.op;
+    const Layout& l = *o.layout;
+    const bool present = o.data != nullptr || l.rank != 0;
+    if (!present) {
+      const bool empty = w.want == Want::Exact ? w.shape.numel() == 0 : (w.want == Want::Rows && rows_ == 0);
+      if (w.required && !empty) return invalid(label + ": " + o.role + " is required but was not given");
+      continue;
+    }
+    used[i] = true;
+    if (o.dtype != w.dtype)
+      return invalid(label + ": " + o.role + " dtype expected " + dname(w.dtype) + ", got " + dname(o.dtype));
+    switch (w.want) {
+      case Want::Exact:
+        if (!(Shape::of(l) == w.shape))
+          return invalid(label + ": " + o.role + " shape expected " + w.shape.str() + ", got " + l.shape_str());
+        break;
+      case Want::Dense1:
+        if (!(Shape::of(l) == w.shape))
+          return invalid(label + ": " + o.role + " shape expected " + w.shape.str() + ", got " + l.shape_str());
+        if (!l.is_contiguous())
+          return invalid(label + ": " + o.role + " expected a contiguous tensor, got strides " + l.stride_str());
+        break;
+      case Want::OneElement:
+        if (l.numel() != 1)
+          return invalid(label + ": " + o.role + " expected one element (a reduced loss), got shape " + l.shape_str());
+        break;
+      case Want::Rows:
+        if (l.numel() != rows_)
+          return invalid(label + ": " + o.role + " expected " + std::to_string(rows_) +
+                         " elements (one per row), got " + std::to_string(l.numel()) + " (shape " + l.shape_str() +
+                         ")");
+        if (!l.is_contiguous())
+          return invalid(label + ": " + o.role + " expected a contiguous tensor, got strides " + l.stride_str());
+        break;
+    }
+    BARACUDA_TRY(byte_range(label, o, &range[i].first, &range[i].second));
+    if (l.numel() > 0 && o.data == nullptr)
+      return invalid(label + ": " + o.role + " is null but has " + std::to_string(l.numel()) + " elements");
+    if (o.is_output && l.numel() > 1 && (l.has_zero_stride() || l.has_internal_overlap()))
+      return invalid(label + ": " + o.role + " overlaps itself (shape " + l.shape_str() + ", strides " +
+                     l.stride_str() + "); outputs need distinct elements");
+  }
+  // Outputs may not partially alias anything: exact in-place on an input of the iteration's
+  // shape is safe (every element is read before it is written, by the thread that writes it;
+  // the gradient of the logits may replace them).
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!used[i] || !items[i].op.is_output || range[i].first == range[i].second) continue;
+    for (size_t j = 0; j < items.size(); ++j) {
+      if (i == j || !used[j] || range[j].first == range[j].second) continue;
+      if (!(range[i].first < range[j].second && range[j].first < range[i].second)) continue;
+      const bool inplace =
+          items[i].main && items[j].main && !items[j].op.is_output && same_view(items[i].op, items[j].op);
+      if (!inplace)
+        return invalid(label + ": " + items[i].op.role + " overlaps " + items[j].op.role +
+                       " (only exact in-place on an input of the same shape is allowed)");
+    }
+  }
+  return {};
+}
+
+// ---- launch geometry ---------------------------------------------------------------------------------
+namespace {
+/// The class launch's tensor geometry: row dims coalesced across every slot, class strides, and
+/// the variant (16-byte vectors, column mapping).
+struct ClassGeometry {
+  detail::ClassLaunch p;
+  bool vec_ok = false;
+  bool columns = false;
+};
+
+ClassGeometry class_geometry(const LossDesc& d, const LossArgs& a, int64_t rows, int64_t C) {
+  using namespace detail;
+  ClassGeometry g;
+  const bool probs = !is_index_dtype(d.target_dtype);
+  const bool bw = d.direction == Direction::Backward;
+  const Shape& x = d.shapes[0];
+  const int cdim = class_dim(x);
+  std::array<const Layout*, kCsNumSlots> lay{};
+  std::array<const void*, kCsNumSlots> ptr{};
+  auto put = [&](int k, const void* p, const Layout& l) {
+    if (p == nullptr && l.rank == 0) return;
+    lay[k] = &l;
+    ptr[k] = p;
+  };
+  put(kCsInput, a.in[0].data, a.in[0].layout);
+  if (probs)
+    put(kCsProbs, a.in[1].data, a.in[1].layout);
+  else
+    put(kCsTarget, a.in[1].data, a.in[1].layout);
+  put(kCsDinput, a.grad[0].data, a.grad[0].layout);
+  if (probs) put(kCsDprobs, a.grad[1].data, a.grad[1].layout);
+  if (d.reduction == Reduction::none) {
+    if (!bw) put(kCsLoss, a.out.data, a.out.layout);
+    put(kCsDy, a.dy.data, a.dy.layout);
+  }
+  // Row dims, outer to inner, without size-1 dims; a dim merges into the previous (outer) one
+  // where every present slot allows it.
+  struct Dim {
+    int64_t size;
+    std::array<int64_t, kCsNumSlots> stride;
+  };
+  std::vector<Dim> dims;
+  for (int i = 0; i < x.rank; ++i) {
+    if (i == cdim || x.dims[i] == 1) continue;
+    Dim dm{x.dims[i], {}};
+    const int ri = i < cdim ? i : i - 1;  // the dim in row-shaped slots
+    for (int k = 0; k < kCsNumSlots; ++k) dm.stride[k] = lay[k] ? lay[k]->stride[k < kCsClassSlots ? i : ri] : 0;
+    if (!dims.empty()) {
+      Dim& prev = dims.back();
+      bool merge = true;
+      for (int k = 0; k < kCsNumSlots; ++k)
+        if (lay[k] && prev.stride[k] != dm.stride[k] * dm.size) merge = false;
+      if (merge) {
+        prev.size *= dm.size;
+        prev.stride = dm.stride;
+        continue;
+      }
+    }
+    dims.push_back(dm);
+  }
+  g.p.row_ndim = static_cast<int>(dims.size());
+  for (size_t k = 0; k < dims.size(); ++k) {  // innermost first
+    const Dim& dm = dims[dims.size() - 1 - k];
+    g.p.row_size[k] = dm.size;
+    for (int s = 0; s < kCsNumSlots; ++s) g.p.row_stride[s][k] = dm.stride[s];
+  }
+  const int vec = 16 / size_in_bytes(d.dtype);
+  g.vec_ok = C % vec == 0 && C > 0;
+  for (int k = 0; k < kCsClassSlots; ++k) {
+    if (!lay[k]) continue;
+    g.p.cstride[k] = lay[k]->stride[cdim];
+    if (g.p.cstride[k] != 1 && C > 1) g.vec_ok = false;
+    if (reinterpret_cast<uintptr_t>(ptr[k]) % 16 != 0) g.vec_ok = false;
+    for (const Dim& dm : dims)
+      if (dm.stride[k] % vec != 0) g.vec_ok = false;
+  }
+  // Column mapping: a strided class axis over many rows whose innermost row dim is unit-stride
+  // in every class-shaped slot (torch's [N, C, H, W] layout).
+  if (!g.vec_ok && C > 1 && !dims.empty() && rows >= kColumnMinRows) {
+    g.columns = true;
+    for (int k = 0; k < kCsClassSlots; ++k)
+      if (lay[k] && (g.p.cstride[k] == 1 || dims.back().stride[k] != 1)) g.columns = false;
+  }
+  return g;
+}
+
+/// Whether the pointwise iteration can take 16-byte vectors of `vec` elements: every present
+/// operand's innermost stride is 1 (16-byte aligned pointer, outer strides multiples of `vec`)
+/// or 0 (one value replicated; inputs only), and the innermost size is a multiple of `vec`
+/// unless the iteration is one-dimensional (the last, partial tile goes element by element).
+bool pointwise_vec_ok(const detail::EwIter& it, int nout, int vec) {
+  if (it.numel == 0) return false;
+  if (it.rank == 0) return true;
+  if (it.rank > 1 && it.shape[0] % vec != 0) return false;
+  for (int k = 0; k < it.nops; ++k) {
+    if (it.ptr[k] == nullptr) continue;
+    const int64_t inner = it.stride[k][0];
+    if (inner == 0) {
+      if (k < nout) return false;
+      continue;
+    }
+    if (inner != 1) return false;
+    if (reinterpret_cast<uintptr_t>(it.ptr[k]) % 16 != 0) return false;
+    for (int d = 1; d < it.rank; ++d)
+      if (it.stride[k][d] % vec != 0) return false;
+  }
+  return true;
+}
+
+/// A layout of `s` expanded (stride 0 where it broadcasts) is what make_ew_iter does; absent
+/// operands are rank-0 layouts with a null pointer (all strides 0).
+struct PointwiseIteration {
+  detail::EwIter it;
+  int nout = 0;
+  /// Backward: gradients of broadcast inputs go to dense buffers of the broadcast shape first.
+  std::array<void*, kLossMaxGrads> staged{};
+};
+
+PointwiseIteration pointwise_iteration(const LossDesc& d, const Shape& bcast, const LossArgs& a, Workspace ws,
+                                       bool reduce, bool staging) {
+  const auto& in = info(d.op);
+  const bool bw = d.direction == Direction::Backward;
+  PointwiseIteration r;
+  std::vector<TensorMut> outs;
+  std::vector<TensorRef> ins;
+  if (bw) {
+    char* next = static_cast<char*>(ws.ptr);
+    const size_t bytes = static_cast<size_t>(bcast.numel()) * static_cast<size_t>(size_in_bytes(d.dtype));
+    for (int g = 0; g < kLossMaxGrads; ++g) {
+      TensorMut t{};
+      const int k = g < in.num_grads() ? in.grad_input(g) : -1;
+      const bool wanted = k >= 0 && d.has(k) && a.grad[g].data != nullptr;
+      if (wanted && !(d.shapes[k] == bcast)) {
+        if (staging) {
+          t.data = next;
+          r.staged[g] = next;
+        }
+        t.dtype = d.dtype;
+        t.layout = Layout::contiguous(bcast.rank, bcast.dims.data());
+      } else if (wanted) {
+        t = a.grad[g];
+      }
+      if (k >= 0 && d.has(k) && !(d.shapes[k] == bcast)) next += align256(bytes);
+      outs.push_back(t);
+    }
+    // A reduced loss's dy is one element whatever its shape: a 0-dim operand broadcast everywhere.
+    TensorRef dy = a.dy;
+    if (d.reduction != Reduction::none) dy.layout = Layout{};
+    ins.push_back(dy);
+  } else if (!reduce) {
+    outs.push_back(a.out);
+  }
+  for (int k = 0; k < in.num_inputs(); ++k) ins.push_back(d.has(k) ? a.in[k] : TensorRef{});
+  r.nout = static_cast<int>(outs.size());
+  r.it = detail::make_ew_iter(outs, ins, bcast.rank, bcast.dims.data(), /*keep_order=*/reduce);
+  return r;
+}
+}  // namespace
+
+std::string LossPlan::layout_for(const LossArgs& a) const {
+  const auto& in = info(desc_.op);
+  if (in.kind == LossKind::classes) {
+    if (rows_ == 0 || classes_ == 0) return "empty";
+    if (desc_.direction == Direction::Backward && desc_.fused_grad)
+      return std::string("rescale-") +
+             (allow_vectorized_ && reinterpret_cast<uintptr_t>(a.grad[0].data) % 16 == 0 ? "vec16" : "scalar");
+    const ClassGeometry g = class_geometry(desc_, a, rows_, classes_);
+    if (desc_.op == LossOp::nll_loss && desc_.direction == Direction::Forward) return "row-gather";
+    if (g.columns) return "column-rows-scalar";
+    return std::string(cfg_.tpr > 32 ? "cta" : (cfg_.tpr == 32 ? "warp" : "subwarp")) +
+           "-rows(tpr=" + std::to_string(cfg_.tpr) + ")-" + (allow_vectorized_ && g.vec_ok ? "vec16" : "scalar");
+  }
+  if (rows_ == 0) return "empty";
+  const bool reduce = desc_.direction == Direction::Forward && desc_.reduction != Reduction::none;
+  const PointwiseIteration pi =
+      pointwise_iteration(desc_, bcast_, a, Workspace{reinterpret_cast<void*>(256), 0}, reduce, /*staging=*/true);
+  const bool vec = allow_vectorized_ && pointwise_vec_ok(pi.it, pi.nout, 16 / size_in_bytes(desc_.dtype));
+  return std::string("pointwise-") + (pi.it.rank <= 1 ? "contiguous" : "strided") + (vec ? "-vec16" : "-scalar");
+}
+
+// ---- run ---------------------------------------------------------------------------------------------
+namespace {
+struct Launchers {
+  DType dtype;
+  cudaError_t (*cls)(const detail::ClassLaunch&, cudaStream_t);
+  cudaError_t (*pw)(const detail::PointwiseLaunch&, cudaStream_t);
+};
+constexpr Launchers kLaunchers[] = {
+    {DType::f32, &detail::loss_class_run<DType::f32>, &detail::loss_pointwise_run<DType::f32>},
+    {DType::f16, &detail::loss_class_run<DType::f16>, &detail::loss_pointwise_run<DType::f16>},
+    {DType::bf16, &detail::loss_class_run<DType::bf16>, &detail::loss_pointwise_run<DType::bf16>},
+    {DType::f64, &detail::loss_class_run<DType::f64>, &detail::loss_pointwise_run<DType::f64>},
+};
+const Launchers* launchers_for(DType t) {
+  for (const auto& l : kLaunchers)
+    if (l.dtype == t) return &l;
+  return nullptr;
+}
+}  // namespace
+
+Result<void> LossPlan::run(cudaStream_t stream, Workspace ws, const LossArgs& a) const {
+  BARACUDA_TRY(can_implement(a));
+  const auto& in = info(desc_.op);
+  const std::string label = op_label(desc_);
+  if (workspace_bytes_ > 0 && (ws.bytes < workspace_bytes_ || !ws.ptr))
+    return make_error(Status::WorkspaceTooSmall, label + ": workspace expected >= " + std::to_string(workspace_bytes_) +
+                                                     " bytes, got " + std::to_string(ws.bytes));
+  const Launchers* L = launchers_for(desc_.dtype);
+  if (!L) return unsupported(label + ": no kernel for dtype " + dname(desc_.dtype));
+  const bool bw = desc_.direction == Direction::Backward;
+  const bool reduced = desc_.reduction != Reduction::none;
+  const DType stats = loss_stats_dtype(desc_.dtype);
+  const size_t acc = static_cast<size_t>(size_in_bytes(stats));
+  auto fail = [&](cudaError_t e) -> Result<void> {
+    if (e != cudaSuccess)
+      return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
+    return {};
+  };
+
+  if (in.kind == LossKind::classes) {
+    const bool probs = !is_index_dtype(desc_.target_dtype);
+    ClassGeometry g = class_geometry(desc_, a, rows_, classes_);
+    detail::ClassLaunch& p = g.p;
+    p.op = desc_.op;
+    p.probs = probs;
+    p.fw = !bw;
+    p.grad = bw || desc_.fused_grad;
+    p.reduction = desc_.reduction;
+    p.rows = rows_;
+    p.classes = classes_;
+    p.input = a.in[0].data;
+    p.probs_target = probs ? a.in[1].data : nullptr;
+    p.target = probs ? nullptr : a.in[1].data;
+    p.target64 = desc_.target_dtype == DType::s64;
+    p.weight = desc_.has(2) ? a.in[2].data : nullptr;
+    p.dinput = a.grad[0].data;
+    p.dprobs = probs ? a.grad[1].data : nullptr;
+    p.loss = !bw && !reduced ? a.out.data : nullptr;
+    p.lse_out = bw ? nullptr : a.save_lse.data;
+    p.lse_in = a.lse.data;
+    p.dy = a.dy.data;
+    p.dy_rows = !reduced && a.dy.data != nullptr;
+    p.total_weight_in = a.total_weight.data;
+    p.out = !bw && reduced ? a.out.data : nullptr;
+    p.total_weight_out = a.save_total_weight.data;
+    p.error = static_cast<int*>(a.error.data);
+    p.ignore_index = static_cast<int64_t>(desc_.params[0]);
+    p.smoothing = desc_.op == LossOp::cross_entropy ? desc_.params[1] : 0.0;
+    p.parts = cfg_.parts;
+    p.chunk = cfg_.chunk;
+    // Workspace: [loss_rows][weight_rows][partial][scratch], as sized in select().
+    char* w = static_cast<char*>(ws.ptr);
+    if (!bw && reduced) {
+      p.loss_rows = w;
+      w += align256(static_cast<size_t>(rows_) * acc);
+      if (!probs) {
+        p.weight_rows = w;
+        w += align256(static_cast<size_t>(rows_) * acc);
+      }
+    }
+    if (workspace_bytes_ > 0) {
+      p.partial = w;
+      w += align256(size_t(detail::kSumMaxParts) * 2 * acc);
+      p.scratch = w;
+    }
+    // The grad pass needs something to write; a backward with no gradient wanted does nothing.
+    if (bw && !p.dinput && !p.dprobs) return {};
+    if (bw && desc_.fused_grad) {  // dinput *= dy[0] in place (contiguous), nothing when dy is 1
+      p.rescale = true;
+      p.vec = allow_vectorized_ && reinterpret_cast<uintptr_t>(p.dinput) % 16 == 0;
+      return fail(L->cls(p, stream));
+    }
+    p.tpr = cfg_.tpr;
+    p.block = cfg_.block;
+    p.vec = allow_vectorized_ && g.vec_ok;
+    if (g.columns && !(desc_.op == LossOp::nll_loss && !bw)) {
+      p.tpr = 1;
+      p.block = 128;
+    }
+    if (desc_.op == LossOp::nll_loss && !bw) p.vec = false;  // per-row gathers only
+    return fail(L->cls(p, stream));
+  }
+
+  // Pointwise.
+  const bool reduce = !bw && reduced;
+  PointwiseIteration pi = pointwise_iteration(desc_, bcast_, a, ws, reduce, /*staging=*/true);
+  detail::PointwiseLaunch p;
+  p.op = desc_.op;
+  p.dir = desc_.direction;
+  p.reduce = reduce;
+  p.it = pi.it;
+  p.nin = in.num_inputs();
+  p.ngrad = in.num_grads();
+  p.vec = allow_vectorized_ && pointwise_vec_ok(pi.it, pi.nout, 16 / size_in_bytes(desc_.dtype));
+  for (int k = 0; k < kLossMaxParams; ++k) p.params[k] = desc_.params[k];
+  const double n = static_cast<double>(rows_);
+  switch (desc_.reduction) {
+    case Reduction::none:
+    case Reduction::sum:
+      p.scale = 1.0;
+      break;
+    case Reduction::mean:
+      p.scale = 1.0 / n;
+      break;
+    case Reduction::batchmean:  // torch: sum / input.size(0), the sum itself for a 0-dim input
+      p.scale = desc_.shapes[0].rank > 0 ? 1.0 / static_cast<double>(desc_.shapes[0].dims[0]) : 1.0;
+      break;
+  }
+  p.dy_scalar = bw && reduced;
+  p.parts = cfg_.parts;
+  p.chunk = cfg_.chunk;
+  if (reduce) {
+    p.partial = ws.ptr;
+    p.finish.out = a.out.data;
+    p.finish.scale = p.scale;
+  }
+  if (bw) {
+    bool any = false;
+    for (int g = 0; g < kLossMaxGrads; ++g) any = any || a.grad[g].data != nullptr;
+    if (!any) return {};
+  }
+  BARACUDA_TRY(fail(L->pw(p, stream)));
+  // Gradients of broadcast inputs: sum the dense broadcast-shaped gradient back (fixed order).
+  for (int g = 0; g < kLossMaxGrads; ++g) {
+    if (!pi.staged[g]) continue;
+    BARACUDA_TRY(fail(detail::ew_sum_to_shape(desc_.dtype, pi.staged[g], bcast_, a.grad[g], stream)));
+  }
+  return {};
+}
+
+// ---- convenience ---------------------------------------------------------------------------------
+namespace {
+std::string desc_key(const LossDesc& d) {
+  std::string k;
+  auto put = [&](const auto& v) { k.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(d.op);
+  put(d.direction);
+  put(d.dtype);
+  put(d.reduction);
+  put(d.present);
+  put(d.target_dtype);
+  put(d.fused_grad);
+  for (const Shape& s : d.shapes) {
+    put(s.rank);
+    k.append(reinterpret_cast<const char*>(s.dims.data()),
+             sizeof(int64_t) * static_cast<size_t>(std::clamp(s.rank, 0, kMaxRank)));
+  }
+  for (double v : d.params) put(v);
+  return k;
+}
+}  // namespace
+
+Result<void> loss(cudaStream_t stream, const LossDesc& desc, const LossArgs& args, Workspace ws,
+                  const PlanPreference& pref) {
+  auto plan = detail::cached_plan<LossPlan>(desc_key(desc), pref,
+                                            [&](const Target& t) { return LossPlan::select(t, desc, pref); });
+  if (!plan) return plan.error();
+  return (*plan)->run(stream, ws, args);
+}
+
+}  // namespace baracuda

@@ -1,0 +1,580 @@
+"""GPU conformance of the loss family (include/baracuda/ops/loss_ops.def) vs PyTorch.
+
+Reference = torch.nn.functional on the same inputs upcast (f64 for f32/f64, f32 for f16/bf16),
+cast back; gradients through torch.autograd.grad of that reference. Tolerances = torch.testing's
+defaults per dtype times the row's ``tol`` (from ``_C.loss_ops()``), times 2 for backward; reduced
+losses add an atol proportional to the mean |loss| (a sum of many terms). Class rows of length 1, 7,
+129, 4097, 65537 (and a 128256 vocabulary); ignore_index rows, all-ignored and empty batches,
+weights, label smoothing, probability targets, [N, C, d1, ...] layouts, strided logits,
+out-of-range targets, the fused gradient, bit-identical repeated mean reductions; every pointwise
+loss x parameters x reduction x dtype with broadcasting and strided inputs; poisoned outputs catch
+unwritten elements.
+"""
+import zlib
+
+import pytest
+
+from gpu_skip import skip_unless_ready  # noqa: E402
+
+skip_unless_ready("loss_ops")
+
+import torch  # noqa: E402
+import torch.nn.functional as tF  # noqa: E402
+
+import baracuda.loss as BL  # noqa: E402
+from baracuda import _C  # noqa: E402
+from baracuda._autograd import dl  # noqa: E402
+
+import baracuda.functional as _functional  # noqa: E402
+
+# The torch-named functions: baracuda.functional once it lists the loss family, else the module itself.
+F = _functional if hasattr(_functional, "cross_entropy") else BL
+ROWS = {r["name"]: r for r in _C.loss_ops()}
+DEV = "cuda"
+FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+IDS = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64"}
+UP = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.float32: torch.float64,
+      torch.float64: torch.float64}
+BASE_TOL = {torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7), torch.float16: (1e-3, 1e-5),
+            torch.bfloat16: (1.6e-2, 1e-5)}
+LENGTHS = [1, 7, 129, 4097, 65537]
+REDUCTIONS = ["none", "mean", "sum"]
+
+
+def tol(op, dt, bw=False):
+    rtol, atol = BASE_TOL[dt]
+    k = ROWS[op]["tol"] * (2.0 if bw else 1.0)
+    return rtol * k, atol * k
+
+
+def gen(*parts):
+    return torch.Generator(device="cpu").manual_seed(zlib.crc32("/".join(map(str, parts)).encode()))
+
+
+def randn(shape, dt, *seed, scale=1.0, shift=0.0):
+    g = gen(*seed)
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * scale + shift).to(dt).to(DEV)
+
+
+def rand(shape, dt, *seed, lo=0.0, hi=1.0):
+    g = gen(*seed)
+    return (torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(dt).to(DEV)
+
+
+def randint(shape, n, *seed):
+    g = gen(*seed)
+    return torch.randint(0, max(n, 1), shape, generator=g).to(DEV)
+
+
+def signs(shape, dt, *seed):
+    return (rand(shape, torch.float64, *seed) < 0.5).to(dt) * 2 - 1
+
+
+def close(got, ref, rtol, atol, what):
+    assert got.shape == ref.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(ref.shape)}"
+    assert got.dtype == ref.dtype, f"{what}: dtype {got.dtype} vs {ref.dtype}"
+    torch.testing.assert_close(got, ref, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+def loss_tol(op, dt, ref_up, reduction, bw=False):
+    """Elementwise tolerance; a reduced loss also gets an atol of rtol x the mean |term| x a few (sums
+    of terms of both signs lose relative accuracy where they cancel)."""
+    rtol, atol = tol(op, dt, bw)
+    if reduction != "none" and not bw:
+        atol = atol + 4 * rtol * float(ref_up.abs().mean()) if ref_up.numel() else atol
+    return rtol, atol
+
+
+def not_degenerate(ref, what):
+    if ref.numel() > 8:
+        frac = (ref != 0).double().mean().item()
+        assert frac > 0.5, f"{what}: reference is mostly zeros ({frac:.2f} non-zero): degenerate test data"
+
+
+def rows_for(n):
+    return 2 if n > 65536 else (3 if n > 4096 else 33)
+
+
+def grad_of(ref_out, leaves, dy):
+    """torch.autograd.grad of the upcast reference for the leaves that require grad."""
+    want = [t for t in leaves if t is not None and t.requires_grad]
+    gs = torch.autograd.grad(ref_out, want, dy.to(ref_out.dtype), allow_unused=True)
+    it = iter(gs)
+    return [next(it) if (t is not None and t.requires_grad) else None for t in leaves]
+
+
+# ---- cross_entropy / nll_loss over [N, C] -----------------------------------------------------------------
+CE_VARIANTS = ["plain", "weight", "smoothing", "weight_smoothing", "ignore"]
+
+
+def ce_case(dt, n, variant, rows=None, *seed):
+    rows = rows or rows_for(n)
+    x = randn((rows, n), dt, "ce", dt, n, variant, *seed, scale=3.0)
+    t = randint((rows,), n, "ce-t", dt, n, variant, *seed)
+    ignore = -100
+    if variant == "ignore" and rows > 1:
+        t[::3] = -100 if n > 1 else t[::3]
+        if n > 1:
+            t[1] = 0
+            ignore = 0  # an ignore_index inside [0, C): those rows are skipped too
+    w = rand((n,), dt, "ce-w", dt, n, *seed, lo=0.25, hi=2.0) if "weight" in variant else None
+    ls = 0.1 if "smoothing" in variant else 0.0
+    return x, t, w, ignore, ls
+
+
+@pytest.fixture
+def autograd_path(request):
+    """'fused' (the forward writes the gradient, the backward rescales it) or 'recompute' (the
+    backward recomputes the softmax from the saved log-sum-exp)."""
+    old = BL.fused_autograd
+    BL.fused_autograd = request.param == "fused"
+    yield request.param
+    BL.fused_autograd = old
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: IDS[d])
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("variant", CE_VARIANTS)
+@pytest.mark.parametrize("autograd_path", ["fused", "recompute"], indirect=True)
+def test_cross_entropy(dt, n, reduction, variant, autograd_path):
+    if n == 65537 and dt in (torch.float16, torch.float64) and variant != "plain":
+        pytest.skip("65537-long rows: f32/bf16 cover the variants")
+    if reduction == "none" and autograd_path == "fused":
+        pytest.skip("reduction='none' always takes the recomputing backward")
+    x, t, w, ignore, ls = ce_case(dt, n, variant)
+    up = UP[dt]
+    xr = x.clone().requires_grad_()
+    out = F.cross_entropy(xr, t, weight=w, ignore_index=ignore, reduction=reduction, label_smoothing=ls)
+    xu = x.to(up).requires_grad_()
+    ref = tF.cross_entropy(xu, t, weight=w.to(up) if w is not None else None, ignore_index=ignore,
+                           reduction=reduction, label_smoothing=ls)
+    assert out.dtype == dt
+    close(out, ref.detach().to(dt), *loss_tol("cross_entropy", dt, ref.detach(), reduction),
+          f"cross_entropy {IDS[dt]} n={n} {reduction} {variant}")
+    dy = randn(out.shape, dt, "ce-dy", dt, n, reduction, variant)
+    (gx,) = torch.autograd.grad(out, xr, dy)
+    (gr,) = torch.autograd.grad(ref, xu, dy.to(up))
+    rtol, atol = tol("cross_entropy", dt, bw=True)
+    if reduction == "mean":
+        atol = atol / max(t.numel(), 1)
+    if n > 1 and variant != "ignore":
+        not_degenerate(gr, "cross_entropy grad")
+    close(gx, gr.to(dt), rtol, atol, f"cross_entropy_backward {IDS[dt]} n={n} {reduction} {variant}")
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: IDS[d])
+@pytest.mark.parametrize("n", [1, 7, 129, 4097])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("variant", ["plain", "weight", "ignore"])
+def test_nll_loss(dt, n, reduction, variant):
+    x, t, w, ignore, _ = ce_case(dt, n, variant, None, "nll")
+    logp = torch.log_softmax(x.to(UP[dt]), -1).to(dt)
+    up = UP[dt]
+    xr = logp.clone().requires_grad_()
+    out = F.nll_loss(xr, t, weight=w, ignore_index=ignore, reduction=reduction)
+    xu = logp.to(up).requires_grad_()
+    ref = tF.nll_loss(xu, t, weight=w.to(up) if w is not None else None, ignore_index=ignore, reduction=reduction)
+    close(out, ref.detach().to(dt), *loss_tol("nll_loss", dt, ref.detach(), reduction),
+          f"nll_loss {IDS[dt]} n={n} {reduction} {variant}")
+    dy = randn(out.shape, dt, "nll-dy", dt, n, reduction)
+    (gx,) = torch.autograd.grad(out, xr, dy)
+    (gr,) = torch.autograd.grad(ref, xu, dy.to(up))
+    close(gx, gr.to(dt), *tol("nll_loss", dt, bw=True), f"nll_loss_backward {IDS[dt]} n={n} {reduction} {variant}")
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: IDS[d])
+@pytest.mark.parametrize("n", [1, 7, 129, 4097])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("variant", ["plain", "weight", "smoothing", "weight_smoothing"])
+def test_cross_entropy_probabilities(dt, n, reduction, variant):
+    x, _, w, _, ls = ce_case(dt, n, variant, None, "probs")
+    rows = x.shape[0]
+    p = torch.softmax(randn((rows, n), torch.float64, "probs-p", dt, n, scale=2.0), -1).to(dt)
+    up = UP[dt]
+    xr, pr = x.clone().requires_grad_(), p.clone().requires_grad_()
+    out = F.cross_entropy(xr, pr, weight=w, reduction=reduction, label_smoothing=ls)
+    xu, pu = x.to(up).requires_grad_(), p.to(up).requires_grad_()
+    ref = tF.cross_entropy(xu, pu, weight=w.to(up) if w is not None else None, reduction=reduction,
+                           label_smoothing=ls)
+    close(out, ref.detach().to(dt), *loss_tol("cross_entropy", dt, ref.detach(), reduction),
+          f"cross_entropy(probs) {IDS[dt]} n={n} {reduction} {variant}")
+    dy = randn(out.shape, dt, "probs-dy", dt, n, reduction)
+    gx, gp = torch.autograd.grad(out, (xr, pr), dy)
+    grx, grp = torch.autograd.grad(ref, (xu, pu), dy.to(up))
+    rtol, atol = tol("cross_entropy", dt, bw=True)
+    if reduction == "mean":
+        atol = atol / rows
+    close(gx, grx.to(dt), rtol, atol, f"cross_entropy(probs) d input {IDS[dt]} n={n} {reduction}")
+    close(gp, grp.to(dt), rtol, atol, f"cross_entropy(probs) d target {IDS[dt]} n={n} {reduction}")
+
+
+@pytest.mark.parametrize("case", ["spatial_many", "spatial_few", "unbatched", "transposed", "sliced", "3d"])
+@pytest.mark.parametrize("op", ["cross_entropy", "nll_loss"])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_class_layouts(case, op, reduction):
+    """[N, C, d1, ...] (the class axis strided: the column mapping from 4096 positions), [C],
+    non-contiguous logits."""
+    dt = torch.float32
+    if case == "spatial_many":
+        x = randn((4, 5, 32, 40), dt, case, op)
+        t = randint((4, 32, 40), 5, case, op)
+    elif case == "spatial_few":
+        x = randn((2, 5, 3, 4), dt, case, op)
+        t = randint((2, 3, 4), 5, case, op)
+    elif case == "3d":
+        x = randn((3, 129, 7), dt, case, op)
+        t = randint((3, 7), 129, case, op)
+    elif case == "unbatched":
+        x = randn((129,), dt, case, op)
+        t = randint((), 129, case, op)
+    elif case == "transposed":
+        x = randn((129, 33), dt, case, op).t()
+        t = randint((33,), 129, case, op)
+    else:
+        x = randn((33, 258), dt, case, op)[:, ::2]
+        t = randint((33,), 129, case, op)
+    if op == "nll_loss":
+        x = torch.log_softmax(x, 1 if x.dim() > 1 else 0)
+    if t.dim():
+        t.view(-1)[0] = -100  # one ignored position
+    w = rand((x.shape[1 if x.dim() > 1 else 0],), dt, case, "w", lo=0.5, hi=1.5)
+    xr = x.clone().requires_grad_()
+    out = getattr(F, op)(xr, t, weight=w, reduction=reduction)
+    xu = x.double().requires_grad_()
+    ref = getattr(tF, op)(xu, t, weight=w.double(), reduction=reduction)
+    close(out, ref.detach().to(dt), *loss_tol(op, dt, ref.detach(), reduction), f"{op} {case} {reduction}")
+    dy = randn(out.shape, dt, case, "dy", op)
+    if reduction == "none" and out.dim():
+        dy = dy[..., :1].expand(out.shape)  # an expanded (stride-0) upstream gradient
+    (gx,) = torch.autograd.grad(out, xr, dy)
+    (gr,) = torch.autograd.grad(ref, xu, dy.double())
+    close(gx, gr.to(dt), *tol(op, dt, bw=True), f"{op}_backward {case} {reduction}")
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("op", ["cross_entropy", "nll_loss"])
+def test_all_ignored_and_empty(reduction, op):
+    x = randn((6, 11), torch.float32, "ign", op).requires_grad_()
+    t = torch.full((6,), -100, dtype=torch.int64, device=DEV)
+    out = getattr(F, op)(x, t, reduction=reduction)
+    ref = getattr(tF, op)(x.detach().double(), t, reduction=reduction)
+    close(out, ref.float(), 1e-6, 1e-6, f"{op} all ignored {reduction}")  # mean: NaN as torch
+    (g,) = torch.autograd.grad(out.sum() if reduction == "none" else out, x)
+    assert torch.equal(g, torch.zeros_like(g)), "ignored rows get no gradient"
+    e = torch.empty((0, 11), device=DEV, requires_grad=True)
+    te = torch.empty((0,), dtype=torch.int64, device=DEV)
+    oe = getattr(F, op)(e, te, reduction=reduction)
+    re = getattr(tF, op)(e.detach(), te, reduction=reduction)
+    close(oe, re, 0, 0, f"{op} empty batch {reduction}")
+    (ge,) = torch.autograd.grad(oe.sum(), e)
+    assert ge.shape == (0, 11)
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_cross_entropy_special_values(dt):
+    """A NaN logit makes its row NaN; -inf logits carry no mass; an all -inf row is NaN (torch)."""
+    x = randn((4, 104), dt, "special")
+    x[0, 57] = float("nan")
+    x[1, ::3] = float("-inf")
+    x[2] = float("-inf")
+    x[3, :50] = float("nan")
+    t = torch.tensor([3, 4, 5, 60], device=DEV)
+    ref = tF.cross_entropy(x.to(UP[dt]), t, reduction="none").to(dt)
+    close(F.cross_entropy(x, t, reduction="none"), ref, *tol("cross_entropy", dt), f"special values {IDS[dt]}")
+
+
+def test_out_of_range_targets():
+    x = randn((4, 10), torch.float32, "oob")
+    t = torch.tensor([1, 10, -3, 2], device=DEV)
+    with pytest.raises(IndexError):
+        F.cross_entropy(x, t)
+    with pytest.raises(IndexError):
+        F.nll_loss(torch.log_softmax(x, -1), t)
+    BL.check_targets = False
+    try:
+        out = F.cross_entropy(x, t, reduction="none")
+        assert torch.isnan(out[1]) and torch.isnan(out[2]), "bad rows are NaN"
+        close(out[[0, 3]], tF.cross_entropy(x[[0, 3]], t[[0, 3]], reduction="none"), 1e-5, 1e-5, "good rows")
+        assert torch.isnan(F.cross_entropy(x, t))
+    finally:
+        BL.check_targets = True
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("variant", ["plain", "weight_smoothing", "ignore"])
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_fused_gradient(reduction, variant, dt):
+    """cross_entropy_with_grad (one fused kernel) == forward + the recomputing backward."""
+    x, t, w, ignore, ls = ce_case(dt, 4097, variant, 9, "fused")
+    xr = x.clone().requires_grad_()
+    out = F.cross_entropy(xr, t, weight=w, ignore_index=ignore, reduction=reduction, label_smoothing=ls)
+    dy = torch.ones_like(out) if reduction != "none" else randn(out.shape, dt, "fused-dy")
+    (g,) = torch.autograd.grad(out, xr, dy)
+    out2, g2 = F.cross_entropy_with_grad(x, t, weight=w, ignore_index=ignore, reduction=reduction,
+                                         label_smoothing=ls, grad_scale=dy if reduction == "none" else None)
+    close(out2, out.detach(), 0, 0, f"fused loss {reduction} {variant}")
+    close(g2, g, 1e-6, 1e-7, f"fused gradient {reduction} {variant}")
+    xi = x.clone()
+    _, g3 = F.cross_entropy_with_grad(xi, t, weight=w, ignore_index=ignore, reduction=reduction, label_smoothing=ls,
+                                      grad_scale=dy if reduction == "none" else None, inplace=True)
+    assert g3.data_ptr() == xi.data_ptr()
+    close(g3, g2, 0, 0, "in-place fused gradient")
+
+
+def test_fused_backward_runs_once():
+    x = randn((4, 10), torch.float32, "once").requires_grad_()
+    t = randint((4,), 10, "once-t")
+    out = F.cross_entropy(x, t)
+    torch.autograd.grad(out, x, retain_graph=True)
+    with pytest.raises(RuntimeError, match="fused_autograd"):
+        torch.autograd.grad(out, x)
+
+
+@pytest.mark.parametrize("shape", [(4096, 4097), (8, 128256)])
+def test_mean_is_deterministic(shape):
+    dt = torch.bfloat16
+    x = randn(shape, dt, "det", *shape, scale=2.0)
+    t = randint((shape[0],), shape[1], "det-t", *shape)
+    outs = [F.cross_entropy(x, t) for _ in range(3)]
+    xr = x.clone().requires_grad_()
+    grads = [torch.autograd.grad(F.cross_entropy(xr, t), xr)[0] for _ in range(2)]
+    for o in outs[1:]:
+        assert torch.equal(o, outs[0]), "the mean differs between runs"
+    assert torch.equal(grads[0], grads[1]), "the gradient differs between runs"
+    m = [F.mse_loss(x, x.flip(0)) for _ in range(3)]
+    assert torch.equal(m[0], m[1]) and torch.equal(m[1], m[2]), "mse mean differs between runs"
+
+
+def test_llm_vocabulary():
+    """[64, 128256] bf16 (the fused path's shape class), forward and backward vs torch."""
+    dt = torch.bfloat16
+    x = randn((64, 128256), dt, "llm", scale=2.0)
+    t = randint((64,), 128256, "llm-t")
+    t[5] = -100
+    xr = x.clone().requires_grad_()
+    out = F.cross_entropy(xr, t)
+    xu = x.float().requires_grad_()
+    ref = tF.cross_entropy(xu, t)
+    close(out, ref.detach().to(dt), *tol("cross_entropy", dt), "llm loss")
+    (g,) = torch.autograd.grad(out, xr)
+    (gr,) = torch.autograd.grad(ref, xu)
+    close(g, gr.to(dt), tol("cross_entropy", dt, True)[0], 1e-7, "llm grad")
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("n", [7, 4097])
+def test_class_poisoned_outputs(n):
+    """Every gradient element and per-row output is written: outputs start as NaN."""
+    dt = torch.bfloat16
+    x = randn((33, n), dt, "poison", n)
+    t = randint((33,), n, "poison-t", n)
+    t[3] = -100
+    stream = torch.cuda.current_stream().cuda_stream
+    nan = float("nan")
+    out = torch.full((33,), nan, dtype=dt, device=DEV)
+    lse = torch.full((33,), nan, device=DEV)
+    _C.loss("cross_entropy", False, {"input": dl(x), "target": dl(t), "out": dl(out), "save_lse": dl(lse)}, {},
+            "none", stream)
+    g = torch.full_like(x, nan)
+    _C.loss("cross_entropy", True, {"dy": dl(torch.ones(33, dtype=dt, device=DEV)), "input": dl(x), "target": dl(t),
+                                    "lse": dl(lse), "grad_input": dl(g)}, {}, "none", stream)
+    torch.cuda.synchronize()
+    for name, v in (("out", out), ("lse", lse), ("grad", g)):
+        assert torch.isfinite(v.float()).all(), f"n={n}: {name} has unwritten (NaN) elements"
+
+
+# ---- pointwise losses -------------------------------------------------------------------------------------
+def pw_inputs(op, dt, shape, tshape, variant, transposed=False):
+    """(tensor inputs in torch's positional order, keyword arguments) for one case. `transposed`
+    makes the 2-D tensors of the input's shape transposed views (a strided iteration)."""
+    s = (op, IDS[dt], shape, tshape, variant, transposed)
+
+    def mk(fn, shp, *args, **kw):
+        if transposed and len(shp) == 2:
+            return fn(shp[::-1], *args, **kw).t()
+        return fn(shp, *args, **kw)
+
+    x = mk(randn, shape, dt, "x", *s)
+    t = mk(randn, tshape, dt, "t", *s)
+    kw = {}
+    if op == "smooth_l1_loss":
+        kw["beta"] = {"default": 1.0, "zero": 0.0, "half": 0.5}[variant]
+    elif op == "huber_loss":
+        kw["delta"] = {"default": 1.0, "two": 2.0}[variant]
+    elif op == "binary_cross_entropy":
+        x = mk(rand, shape, dt, "x", *s, lo=0.02, hi=0.98)
+        t = mk(rand, tshape, dt, "t", *s)
+        if variant == "weight":
+            kw["weight"] = rand(shape[-1:], dt, "w", *s, lo=0.5, hi=2.0)
+    elif op == "binary_cross_entropy_with_logits":
+        t = mk(rand, tshape, dt, "t", *s)
+        if variant in ("weight", "both"):
+            kw["weight"] = rand(shape[-1:], dt, "w", *s, lo=0.5, hi=2.0)
+        if variant in ("pos_weight", "both"):
+            kw["pos_weight"] = rand(shape[-1:], dt, "pw", *s, lo=0.5, hi=3.0)
+    elif op == "kl_div":
+        x = torch.log_softmax(x.to(UP[dt]), -1).to(dt)
+        t = torch.softmax(mk(randn, tshape, torch.float64, "tt", *s), -1).to(dt)
+        if variant == "log_target":
+            t = torch.log(t.to(UP[dt])).to(dt)
+            kw["log_target"] = True
+    elif op == "poisson_nll_loss":
+        t = mk(rand, tshape, dt, "t", *s, lo=0.0, hi=5.0)
+        kw["log_input"] = "exp" not in variant
+        kw["full"] = "full" in variant
+        if not kw["log_input"]:
+            x = mk(rand, shape, dt, "x", *s, lo=0.1, hi=4.0)
+    elif op == "gaussian_nll_loss":
+        kind = variant.split("_")[0]
+        vshape = {"same": shape, "short": shape[:-1], "last1": shape[:-1] + (1,)}[kind]
+        kw["var"] = (mk if kind == "same" else (lambda fn, shp, *a, **k: fn(shp, *a, **k)))(
+            rand, vshape, dt, "var", *s, lo=0.05, hi=2.0)
+        kw["full"] = variant.endswith("full")
+    elif op in ("soft_margin_loss", "hinge_embedding_loss"):
+        t = mk(signs, tshape, dt, "t", *s)
+        if op == "hinge_embedding_loss":
+            kw["margin"] = {"default": 1.0, "half": 0.5}[variant]
+    elif op == "margin_ranking_loss":
+        x2 = mk(randn, shape, dt, "x2", *s)
+        t = mk(signs, tshape, dt, "t", *s)
+        kw["margin"] = {"default": 0.0, "margin": 0.3}[variant]
+        return [x, x2, t], kw
+    return [x, t], kw
+
+
+PW_CASES = {  # op: (variants, torch differentiates the target, broadcast target allowed)
+    "mse_loss": (["default"], True, True),
+    "l1_loss": (["default"], True, True),
+    "smooth_l1_loss": (["default", "zero", "half"], True, True),
+    "huber_loss": (["default", "two"], True, True),
+    "binary_cross_entropy": (["default", "weight"], True, False),
+    "binary_cross_entropy_with_logits": (["default", "weight", "pos_weight", "both"], True, False),
+    "kl_div": (["default", "log_target"], True, True),
+    "poisson_nll_loss": (["log", "log_full", "exp", "exp_full"], True, True),
+    "gaussian_nll_loss": (["same", "short", "last1", "same_full"], True, False),
+    "soft_margin_loss": (["default"], False, True),
+    "hinge_embedding_loss": (["default", "half"], False, True),
+    "margin_ranking_loss": (["default", "margin"], True, True),
+}
+PW_PARAMS = [(op, v) for op, (vs, _, _) in PW_CASES.items() for v in vs]
+PW_SHAPES = {"matrix": ((33, 129), (33, 129)), "odd1d": ((4097,), (4097,)), "broadcast": ((7, 129), (129,)),
+             "transposed": ((33, 129), (33, 129))}
+
+
+@pytest.mark.parametrize("op,variant", PW_PARAMS, ids=[f"{o}-{v}" for o, v in PW_PARAMS])
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: IDS[d])
+@pytest.mark.parametrize("reduction", REDUCTIONS + ["batchmean"])
+@pytest.mark.parametrize("layout", list(PW_SHAPES))
+def test_pointwise(op, variant, dt, reduction, layout):
+    if reduction == "batchmean" and op != "kl_div":
+        pytest.skip("batchmean is kl_div's")
+    _, target_grad, bcast_ok = PW_CASES[op]
+    if layout == "broadcast" and not bcast_ok:
+        pytest.skip(f"{op}: torch requires the target's shape to equal the input's")
+    shape, tshape = PW_SHAPES[layout]
+    tensors, kw = pw_inputs(op, dt, shape, tshape, variant, transposed=layout == "transposed")
+    up = UP[dt]
+    ours = [t.clone().requires_grad_() for t in tensors]  # clone keeps a transposed view's strides
+    refs = [t.detach().to(up).requires_grad_() for t in tensors]
+    if not target_grad:
+        ours[-1].requires_grad_(False)
+        refs[-1].requires_grad_(False)
+    extra = {k: (v.clone().requires_grad_() if k == "var" else v) for k, v in kw.items()}
+    extra_ref = {k: (v.detach().to(up).requires_grad_() if k == "var" else
+                     (v.to(up) if isinstance(v, torch.Tensor) else v)) for k, v in kw.items()}
+    red = {"reduction": reduction}
+    with _nowarn():
+        out = getattr(F, op)(*ours, **extra, **red)
+        ref = getattr(tF, op)(*refs, **extra_ref, **red)
+    what = f"{op}[{variant}] {IDS[dt]} {reduction} {layout}"
+    close(out, ref.detach().to(dt), *loss_tol(op, dt, ref.detach(), reduction), what)
+    dy = randn(out.shape, dt, "dy", op, variant, IDS[dt], reduction, layout)
+    leaves = [t for t in ours if t.requires_grad] + ([extra["var"]] if "var" in extra else [])
+    rleaves = [t for t in refs if t.requires_grad] + ([extra_ref["var"]] if "var" in extra_ref else [])
+    gs = torch.autograd.grad(out, leaves, dy)
+    grs = torch.autograd.grad(ref, rleaves, dy.to(up))
+    rtol, atol = tol(op, dt, bw=True)
+    if reduction in ("mean", "batchmean"):
+        atol = atol / max(1, tensors[0].numel() if reduction == "mean" else tensors[0].shape[0])
+    for i, (g, gr) in enumerate(zip(gs, grs)):
+        close(g, gr.to(dt), rtol, atol, f"{what} grad {i}")
+
+
+class _nowarn:
+    """Silences torch's (and our) broadcasting / kl_div 'mean' warnings inside a test."""
+
+    def __enter__(self):
+        import warnings
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *a):
+        return self._w.__exit__(*a)
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("op", ["mse_loss", "binary_cross_entropy_with_logits", "gaussian_nll_loss"])
+def test_pointwise_poisoned_outputs(op):
+    dt = torch.bfloat16
+    tensors, kw = pw_inputs(op, dt, (33, 129), (33, 129), {"mse_loss": "default",
+                                                          "binary_cross_entropy_with_logits": "both",
+                                                          "gaussian_nll_loss": "last1"}[op])
+    names = ROWS[op]["inputs"]
+    roles = dict(zip(names, tensors))
+    roles.update({k: v for k, v in kw.items() if isinstance(v, torch.Tensor)})
+    stream = torch.cuda.current_stream().cuda_stream
+    params = {k: float(v) for k, v in kw.items() if not isinstance(v, torch.Tensor)}
+    out = torch.full((33, 129), float("nan"), dtype=dt, device=DEV)
+    _C.loss(op, False, {**{k: dl(v) for k, v in roles.items()}, "out": dl(out)}, params, "none", stream)
+    grads = {f"grad_{g}": torch.full_like(roles[g], float("nan")) for g in ROWS[op]["grads"]}
+    bw = {**{k: dl(v) for k, v in roles.items()}, "dy": dl(torch.ones((33, 129), dtype=dt, device=DEV)),
+          **{k: dl(v) for k, v in grads.items()}}
+    n = _C.loss_workspace_size(op, True, {**{k: dl(v) for k, v in roles.items()},
+                                          "dy": dl(torch.ones((33, 129), dtype=dt, device=DEV)),
+                                          **{k: dl(v) for k, v in grads.items()}}, params, "none")
+    ws = torch.full((max(n, 1),), 255, dtype=torch.uint8, device=DEV)
+    _C.loss(op, True, bw, params, "none", stream, dl(ws))
+    torch.cuda.synchronize()
+    assert torch.isfinite(out.float()).all(), f"{op}: out has unwritten elements"
+    for k, v in grads.items():
+        assert torch.isfinite(v.float()).all(), f"{op}: {k} has unwritten elements"
+
+
+def test_pointwise_empty_and_errors():
+    e = torch.empty((0, 5), device=DEV)
+    assert torch.isnan(F.mse_loss(e, e)), "mean over zero elements is NaN (torch)"
+    assert F.mse_loss(e, e, reduction="sum").item() == 0
+    assert F.mse_loss(e, e, reduction="none").shape == (0, 5)
+    x = randn((4, 5), torch.float32, "err")
+    with pytest.raises(ValueError):
+        F.binary_cross_entropy(torch.sigmoid(x), torch.rand(4, 1, device=DEV))
+    with pytest.raises(ValueError):
+        F.binary_cross_entropy_with_logits(x, torch.rand(5, device=DEV))
+    with pytest.raises(ValueError):
+        F.gaussian_nll_loss(x, x, torch.ones(3, device=DEV))
+    with pytest.raises(ValueError):
+        F.gaussian_nll_loss(x, x, -torch.ones(4, 5, device=DEV))
+    with pytest.raises(RuntimeError):
+        F.margin_ranking_loss(x, x, torch.ones(5, device=DEV))
+    with pytest.raises(RuntimeError, match="beta"):
+        F.smooth_l1_loss(x, x, beta=-1.0)
+    with pytest.raises(ValueError):
+        F.mse_loss(x, x, reduction="avg")
+    with pytest.raises(RuntimeError):
+        F.mse_loss(x.long(), x.long())
+
+
+def test_pointwise_large():
+    """A reduction across many parts ([16384, 4096] bf16: 1024 first-stage parts)."""
+    dt = torch.bfloat16
+    x = randn((16384, 4096), dt, "large")
+    y = randn((16384, 4096), dt, "large-y")
+    out = F.mse_loss(x, y)
+    ref = tF.mse_loss(x.float(), y.float())
+    close(out, ref.to(dt), 1.6e-2, 1e-5, "mse [16384, 4096]")
+    xr = x.clone().requires_grad_()
+    (g,) = torch.autograd.grad(F.mse_loss(xr, y), xr)
+    expect = (2.0 / x.numel()) * (x.float() - y.float())
+    close(g, expect.to(dt), 1.6e-2, 1e-12, "mse grad [16384, 4096]")
