@@ -44,8 +44,28 @@ ROWS = [
     ("int8 scaled+bias->bf16 M=64", "scaled_int8_bias", "int8", (64, 14336, 4096), 1.2),
     ("fp8 e4m3 8192^3", "scaled_mm", "float8_e4m3fn", (8192, 8192, 8192), 1.0),
     ("grouped bf16 8 experts", "grouped", "bfloat16", (8192, 4096, 4096), 1.0),  # M = tokens over all experts
+    ("grouped bf16 64 experts uneven", "grouped_uneven", "bfloat16", (8192, 2048, 2048), 1.0),
 ]
-GROUPS = 8
+GROUPS = 8  # "grouped": the tokens split evenly
+UNEVEN_GROUPS = 64  # "grouped_uneven": see grouped_sizes
+
+
+def grouped_sizes(kind, m):
+    """Tokens per expert. grouped: m / 8 each. grouped_uneven: 64 experts with Zipf(0.5) counts (the
+    busiest expert gets ~4.4x the mean of m / 64, the quietest ~1/2 of it: a router under typical
+    imbalance), two idle experts, the order shuffled with a fixed seed so the large experts are not
+    adjacent; the counts sum to m."""
+    if kind == "grouped":
+        return [m // GROUPS] * GROUPS
+    import random
+    weights = [1.0 / (i + 1) ** 0.5 for i in range(UNEVEN_GROUPS)]
+    weights[-1] = weights[-2] = 0.0  # idle experts
+    total = sum(weights)
+    sizes = [int(m * w / total) for w in weights]
+    for i in range(m - sum(sizes)):  # the rounding remainder to the busiest experts
+        sizes[i] += 1
+    random.Random(7).shuffle(sizes)
+    return sizes
 
 
 def parse_args(argv):
@@ -97,7 +117,7 @@ def run_row(row, ctx):
             x = torch.rand(shape, generator=g, device=dev, dtype=gen_dt) * 2 - 1
             return x.to(getattr(torch, dtn))
 
-        if kind == "grouped":
+        if kind.startswith("grouped"):
             return run_grouped(row, ctx, res, make)
         A = [make((m, k), 2 * i) for i in range(nsets)]
         W = [make((n, k), 2 * i + 1) for i in range(nsets)]  # [N, K]: torch linear's weight, K-contiguous
@@ -204,30 +224,35 @@ def run_row(row, ctx):
 
 
 def run_grouped(row, ctx, res, make):
-    """Tokens split evenly over GROUPS experts; torch._grouped_mm when this torch has it, else a loop
-    of matmuls (the row notes which)."""
+    """Tokens sorted by expert (grouped_sizes); torch._grouped_mm when this torch has it, else a loop of
+    matmuls (the row notes which). Expert weights [G, N, K] passed as their [G, K, N] transpose, as a
+    MoE layer does; int32 offsets (cumulative ends, torch's convention)."""
     torch, G = ctx["torch"], ctx["G"]
-    _, _, dtn, (m, n, k), _ = row
+    _, kind, dtn, (m, n, k), _ = row
+    sizes = grouped_sizes(kind, m)
+    groups = len(sizes)
     a = make((m, k), 1)
-    w = make((GROUPS, n, k), 2)  # expert weights [G, N, K]
+    w = make((groups, n, k), 2)  # expert weights [G, N, K]
     wt = w.transpose(1, 2)
-    offs = torch.arange(1, GROUPS + 1, device="cuda", dtype=torch.int32) * (m // GROUPS)
+    ends = [sum(sizes[:i + 1]) for i in range(groups)]
+    starts = [e - s_ for e, s_ in zip(ends, sizes)]
+    offs = torch.tensor(ends, device="cuda", dtype=torch.int32)
     out = torch.empty(m, n, dtype=a.dtype, device="cuda")
     bar = lambda i: G.grouped_mm(a, wt, offs, out=out)  # noqa: E731
     if hasattr(torch, "_grouped_mm"):
         tor = lambda i: torch._grouped_mm(a, wt, offs=offs)  # noqa: E731
         res["torch_impl"] = "torch._grouped_mm"
     else:
-        step = m // GROUPS
-        tor = lambda i: [torch.matmul(a[g * step:(g + 1) * step], wt[g]) for g in range(GROUPS)]  # noqa: E731
+        tor = lambda i: [torch.matmul(a[s_:e], wt[g]) for g, (s_, e) in enumerate(zip(starts, ends))]  # noqa: E731
         res["torch_impl"] = "loop of matmul"
     bar(0)
-    want = torch.cat([a[g * (m // GROUPS):(g + 1) * (m // GROUPS)] @ wt[g] for g in range(GROUPS)])
+    want = torch.cat([a[s_:e] @ wt[g] for g, (s_, e) in enumerate(zip(starts, ends))])
     torch.cuda.synchronize()
     err = (out.double() - want.double()).abs().max().item()
     scale = want.double().abs().max().item() or 1.0
     res["check"] = "ok" if err <= 3e-2 * scale else f"MISMATCH max|diff| {err:.3g}"
-    res["sku"] = "grouped (native)"
+    res["sku"] = G.grouped_mm_sku(a, wt, offs, out=out)
+    res["group_sizes"] = sizes
     pad = not ctx["args"].no_pad
     tb = bench.time_cuda(bar, 1, ctx["args"].warmup, ctx["args"].iters, pad)
     tt = bench.time_cuda(tor, 1, ctx["args"].warmup, ctx["args"].iters, pad)

@@ -517,26 +517,62 @@ def einsum(equation, *operands):
 
 
 # ---- grouped (mixture of experts) ------------------------------------------------------------------------
-def grouped_mm(mat_a, mat_b, offs, *, out=None):
-    """torch._grouped_mm's 2-D x 3-D case: rows offs[g-1] <= t < offs[g] of mat_a [T, K] (offs: int32 or
-    int64 cumulative row ends, one per group) times mat_b[g] [K, N]; one launch for all groups.
-    mat_b[g] should be K-contiguous (a transposed [N, K] expert weight); rows past offs[-1] are 0.
-    f16 / bf16; no autograd yet."""
-    _check_cuda("grouped_mm", mat_a, mat_b, offs)
+def _k_rows(t, rows, cols):
+    """True when t [rows, cols] has K-contiguous, 16-byte aligned rows (what the grouped kernels read)."""
+    return (t.stride(-1) == 1 or cols <= 1) and (rows <= 1 or (t.stride(-2) % 8 == 0 and t.stride(-2) >= cols)) \
+        and t.data_ptr() % 16 == 0
+
+
+def _grouped_operands(mat_a, mat_b, offs, out):
+    """(A [T, K], W [G, N, K], offs, D [T, N]) as the grouped kernels take them: K-contiguous 16-byte rows
+    (copied otherwise), D allocated unless given."""
+    _check_cuda("grouped_mm", mat_a, mat_b, offs, out)
     if mat_a.dim() != 2 or mat_b.dim() != 3 or offs.dim() != 1 or offs.numel() != mat_b.shape[0]:
         raise RuntimeError(f"grouped_mm: expected mat_a [T, K], mat_b [G, K, N] and offs [G], got "
                            f"{tuple(mat_a.shape)}, {tuple(mat_b.shape)}, {tuple(offs.shape)}")
     _shape_check("grouped_mm", mat_a, mat_b, mat_a.shape[1], mat_b.shape[1])
+    if offs.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError(f"grouped_mm: offs dtype expected int32 or int64, got {offs.dtype}")
     w = mat_b.transpose(-2, -1)  # [G, N, K]
-    if w.stride(-1) != 1 or w.stride(-2) % 8 or w.stride(0) % 8:
+    groups, n, k = w.shape
+    if not _k_rows(w, n, k) or (groups > 1 and (w.stride(0) % 8 or w.stride(0) < n * w.stride(1))):
         w = w.contiguous()
-    a = mat_a if mat_a.stride(-1) == 1 and mat_a.stride(0) % 8 == 0 else mat_a.contiguous()
-    starts = torch.zeros(1, dtype=offs.dtype, device=offs.device)
-    offsets = torch.cat([starts, offs]).contiguous()
-    d = out if out is not None else torch.empty(a.shape[0], w.shape[1], dtype=a.dtype, device=a.device)
-    d.zero_()
-    _C.grouped_gemm(dl(a), dl(w), dl(offsets), dl(d), current_stream(d.device))
+    a = mat_a if _k_rows(mat_a, mat_a.shape[0], k) else mat_a.contiguous()
+    d = out if out is not None else torch.empty(a.shape[0], n, dtype=a.dtype, device=a.device)
+    return a, w, offs.contiguous(), d
+
+
+def grouped_mm(mat_a, mat_b, offs, *, out=None, backend="any"):
+    """torch._grouped_mm's 2-D x 3-D case: rows offs[g-1] <= t < offs[g] of mat_a [T, K] (offs: int32 or
+    int64 cumulative row ends, one per group; group 0 starts at row 0) times mat_b[g] [K, N]; one launch
+    for all groups, no host synchronization. mat_b[g] should be K-contiguous (a transposed [N, K] expert
+    weight), else it is copied. Rows no group covers (from offs[-1] on) are 0; malformed offsets are
+    clamped on the device (see GroupedGemmArgs). f16 / bf16; no autograd yet. backend: "any" (the Hopper
+    CUTLASS kernel where it applies, else the native one), "cutlass" or "native"."""
+    a, w, offs, d = _grouped_operands(mat_a, mat_b, offs, out)
+    dev = d.device
+    stream = current_stream(dev)
+    key = (dev.index, stream)
+
+    def call(ws):  # DLPack capsules are single-use: export afresh for every call
+        return _C.grouped_gemm(dl(a), dl(w), dl(offs), dl(d), stream, workspace=None if ws is None else dl(ws),
+                               ends_only=True, backend=backend)
+
+    ws = _WORKSPACE.get(key)  # shared with the other GEMMs of this stream (stream-ordered reuse)
+    need = call(ws)
+    if need:  # first use on this stream, or a plan that wants more: grow and launch
+        ws = torch.empty(max(need, 1 << 20), dtype=torch.uint8, device=dev)
+        _WORKSPACE[key] = ws
+        need = call(ws)
+        if need:
+            raise RuntimeError(f"grouped_mm: workspace of {ws.numel()} bytes refused, plan asks {need}")
     return d
+
+
+def grouped_mm_sku(mat_a, mat_b, offs, *, out=None, backend="any"):
+    """The SKU grouped_mm would run for these tensors (string; no launch)."""
+    a, w, offs, d = _grouped_operands(mat_a, mat_b, offs, out)
+    return _C.grouped_gemm_sku(dl(a), dl(w), dl(offs), dl(d), ends_only=True, backend=backend)
 
 
 # ---- low precision (no autograd, like torch) -----------------------------------------------------------

@@ -162,6 +162,46 @@ GemmCall make_gemm_call(nb::handle a, nb::handle b, nb::handle d, nb::handle c, 
       nb::arg("a_scale") = nb::none(), nb::arg("b_scale") = nb::none(), nb::arg("amax_d") = nb::none(),             \
       nb::arg("tf32") = false, nb::arg("backend") = "any", nb::arg("deterministic") = false
 
+/// A grouped GEMM call: the descriptor from the tensors' own shapes, strides and D's alignment.
+struct GroupedCall {
+  GroupedGemmDesc desc;
+  GroupedGemmArgs args;
+  PlanPreference pref;
+  std::vector<View> keep;  // DLPack exports alive for the call
+  int device = -1;
+};
+
+GroupedCall make_grouped_call(nb::handle a, nb::handle w, nb::handle offsets, nb::handle d, bool ends_only,
+                              const std::string& backend) {
+  GroupedCall g;
+  g.keep.reserve(4);
+  g.keep.push_back(to_view("grouped_gemm", a, "A", 0, false));
+  g.keep.push_back(to_view("grouped_gemm", w, "W", 0, false));
+  g.keep.push_back(to_view("grouped_gemm", offsets, "offsets", 0, false));
+  g.keep.push_back(to_view("grouped_gemm", d, "D", 0, true));
+  g.args = GroupedGemmArgs{g.keep[0].t, g.keep[1].t, g.keep[2].t, g.keep[3].t};
+  const TensorRef &ta = g.args.a, &tw = g.args.w;
+  const TensorMut& td = g.args.d;
+  if (ta.rank() != 2 || tw.rank() != 3 || td.rank() != 2)
+    fail("grouped_gemm: expected A [rows, k], W [groups, n, k] and D [rows, n], got ranks " +
+         std::to_string(ta.rank()) + ", " + std::to_string(tw.rank()) + ", " + std::to_string(td.rank()));
+  GroupedGemmDesc& s = g.desc;
+  s.dtype = ta.dtype;
+  s.groups = tw.size(0), s.rows = ta.size(0), s.n = tw.size(1), s.k = ta.size(1);
+  // Strides of a size-1 dimension or of an empty tensor address nothing (torch reports anything
+  // there): 0 asks for the dense value.
+  auto ld = [](const TensorRef& t, int dim) { return t.numel() > 0 && t.size(dim) > 1 ? t.stride(dim) : int64_t{0}; };
+  s.lda = ld(ta, 0);
+  s.ldw = ld(tw, 1);
+  s.w_group = ld(tw, 0);
+  s.ldd = ld(td, 0);
+  s.ends_only = ends_only;
+  s.d_align = alignment_of(td.data);
+  g.pref.backend = backend_from(backend);
+  g.device = g.keep[3].device;
+  return g;
+}
+
 void bind_gemm(nb::module_& m) {
   m.def(
       "gemm",
@@ -202,35 +242,43 @@ void bind_gemm(nb::module_& m) {
       GEMM_NB_ARGS, "The SKU select() chooses for these tensors (no launch).");
   m.def(
       "grouped_gemm",
-      [](nb::handle a, nb::handle w, nb::handle offsets, nb::handle d, uintptr_t stream) {
-        std::vector<View> keep;
-        keep.reserve(4);
-        keep.push_back(to_view("grouped_gemm", a, "A", 0, false));
-        keep.push_back(to_view("grouped_gemm", w, "W", 0, false));
-        keep.push_back(to_view("grouped_gemm", offsets, "offsets", 0, false));
-        keep.push_back(to_view("grouped_gemm", d, "D", 0, true));
-        GroupedGemmArgs args{keep[0].t, keep[1].t, keep[2].t, keep[3].t};
-        const TensorRef &ta = args.a, &tw = args.w;
-        const TensorMut& td = args.d;
-        if (ta.rank() != 2 || tw.rank() != 3 || td.rank() != 2)
-          fail("grouped_gemm: expected A [rows, k], W [groups, n, k] and D [rows, n], got ranks " +
-               std::to_string(ta.rank()) + ", " + std::to_string(tw.rank()) + ", " + std::to_string(td.rank()));
-        GroupedGemmDesc desc;
-        desc.dtype = ta.dtype;
-        desc.groups = tw.size(0), desc.rows = ta.size(0), desc.n = tw.size(1), desc.k = ta.size(1);
-        desc.lda = ta.stride(0), desc.ldw = tw.stride(1), desc.w_group = tw.stride(0), desc.ldd = td.stride(0);
-        const int dev = keep[3].device;
+      [](nb::handle a, nb::handle w, nb::handle offsets, nb::handle d, uintptr_t stream, nb::handle workspace,
+         bool ends_only, const std::string& backend) -> size_t {
+        GroupedCall g = make_grouped_call(a, w, offsets, d, ends_only, backend);
+        View ws_keep;
+        const Workspace ws = workspace_of("grouped_gemm", workspace, ws_keep);
+        size_t need = 0;
         Result<void> r;
         {
           nb::gil_scoped_release release;
-          DeviceGuard guard(dev);
-          auto plan = GroupedGemmPlan::select(target_for(dev), desc);
-          r = plan ? plan->run(reinterpret_cast<cudaStream_t>(stream), {}, args) : Result<void>(plan.error());
+          DeviceGuard guard(g.device);
+          auto plan = GroupedGemmPlan::select(target_for(g.device), g.desc, g.pref);
+          if (!plan) {
+            r = plan.error();
+          } else {
+            need = plan->workspace_size();
+            if (need <= ws.bytes) r = plan->run(reinterpret_cast<cudaStream_t>(stream), ws, g.args);
+          }
         }
         unwrap(r);
+        return need > ws.bytes ? need : 0;
       },
       nb::arg("a"), nb::arg("w"), nb::arg("offsets"), nb::arg("d"), nb::arg("stream") = 0,
-      "D[t] = A[t] @ W[g]^T for the rows offsets[g] <= t < offsets[g+1]; one launch.");
+      nb::arg("workspace") = nb::none(), nb::arg("ends_only") = false, nb::arg("backend") = "any",
+      "D[t] = A[t] @ W[g]^T for the rows of group g (offsets: [groups + 1] boundaries, or [groups] ends with "
+      "ends_only); rows no group covers become 0. Returns 0 after enqueuing, or, without launching, the "
+      "workspace bytes needed when `workspace` is missing or smaller.");
+  m.def(
+      "grouped_gemm_sku",
+      [](nb::handle a, nb::handle w, nb::handle offsets, nb::handle d, bool ends_only, const std::string& backend) {
+        GroupedCall g = make_grouped_call(a, w, offsets, d, ends_only, backend);
+        DeviceGuard guard(g.device);
+        const GroupedGemmPlan p = unwrap(GroupedGemmPlan::select(target_for(g.device), g.desc, g.pref));
+        unwrap(p.can_implement(g.args));
+        return p.sku().to_string() + " ws=" + std::to_string(p.workspace_size());
+      },
+      nb::arg("a"), nb::arg("w"), nb::arg("offsets"), nb::arg("d"), nb::arg("ends_only") = false,
+      nb::arg("backend") = "any", "The SKU GroupedGemmPlan::select chooses for these tensors (no launch).");
 }
 
 const bool reg = register_bindings(&bind_gemm);

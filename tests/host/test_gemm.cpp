@@ -409,7 +409,17 @@ TEST(Gemm, CoverageRows) {
     EXPECT_FALSE(has(t, Direction::Backward, Backend::Cutlass)) << t;
   }
   EXPECT_FALSE(has("int8,int8->int32", Direction::Forward, Backend::Cutlass));
-  EXPECT_FALSE(has("bfloat16", Direction::Forward, Backend::Cutlass));
+  // bf16 reaches CUTLASS only through the grouped GEMM (when its kernels are built).
+  const bool grouped_cutlass = detail::cutlass_grouped_kernels<DType::bf16>().built;
+  for (const CoverageRow& r : rows) {
+    if (r.family == "gemm" && r.dtype == "bfloat16" && r.backend == Backend::Cutlass) {
+      EXPECT_TRUE(r.op == "grouped_gemm" && grouped_cutlass) << r.op;
+    }
+  }
+  EXPECT_TRUE(std::any_of(rows.begin(), rows.end(), [&](const CoverageRow& r) {
+    return r.op == "grouped_gemm" && r.dtype == "bfloat16" &&
+           r.backend == (grouped_cutlass ? Backend::Cutlass : Backend::Native);
+  }));
   // sm_80: no CUTLASS rows (the kernel is sm_90a only).
   const auto rows80 = coverage(Target::offline(80));
   EXPECT_FALSE(
@@ -627,19 +637,41 @@ TEST(GemmInt8Scaled, CanImplement) {
 
 namespace baracuda {
 namespace {
+bool grouped_cutlass_built() { return detail::cutlass_grouped_kernels<DType::bf16>().built; }
+
+GroupedGemmArgs grouped_args(const GroupedGemmDesc& d) {
+  GroupedGemmArgs a;
+  a.a = make_ref(fake_ptr(0), d.dtype, {d.rows, d.k});
+  a.w = make_ref(fake_ptr(1), d.dtype, {d.groups, d.n, d.k});
+  a.offsets = make_ref(fake_ptr(2), DType::s64, {d.ends_only ? d.groups : d.groups + 1});
+  a.d = make_mut(fake_ptr(3), d.dtype, {d.rows, d.n});
+  return a;
+}
+
 TEST(GroupedGemm, SelectAndCanImplement) {
   GroupedGemmDesc d;
   d.dtype = DType::bf16;
   d.groups = 3, d.rows = 100, d.n = 48, d.k = 64;
   auto p = GroupedGemmPlan::select(kOff, d);
   ASSERT_TRUE(p.ok()) << p.message();
-  EXPECT_EQ(p->sku().backend, Backend::Native);
-  EXPECT_EQ(p->workspace_size(), 0u);
-  GroupedGemmArgs a;
-  a.a = make_ref(fake_ptr(0), DType::bf16, {100, 64});
-  a.w = make_ref(fake_ptr(1), DType::bf16, {3, 48, 64});
-  a.offsets = make_ref(fake_ptr(2), DType::s64, {4});
-  a.d = make_mut(fake_ptr(3), DType::bf16, {100, 48});
+  // sm_90 takes the CUTLASS kernel when it is built; its per-group arrays and per-SM TMA descriptors
+  // live in the workspace. Without it (or on sm_80) the native kernel needs none.
+  if (grouped_cutlass_built()) {
+    EXPECT_EQ(p->sku().backend, Backend::Cutlass);
+    EXPECT_EQ(p->path(), GroupedGemmPlan::Path::Cutlass);
+    EXPECT_GT(p->workspace_size(), 7u * 256u);
+    EXPECT_EQ(p->workspace_size() % 256, 0u);
+  } else {
+    EXPECT_EQ(p->sku().backend, Backend::Native);
+    EXPECT_EQ(p->workspace_size(), 0u);
+  }
+  EXPECT_TRUE(p->precision().deterministic && p->precision().bit_stable);
+  auto p80 = GroupedGemmPlan::select(Target::offline(80), d);
+  ASSERT_TRUE(p80.ok()) << p80.message();
+  EXPECT_EQ(p80->sku().backend, Backend::Native);
+  EXPECT_EQ(p80->workspace_size(), 0u);
+
+  GroupedGemmArgs a = grouped_args(d);
   EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
   GroupedGemmArgs bad = a;
   bad.offsets = make_ref(fake_ptr(2), DType::s32, {3});
@@ -653,6 +685,9 @@ TEST(GroupedGemm, SelectAndCanImplement) {
   bad = a;
   bad.a.data = fake_ptr(0, 8);
   EXPECT_FAILS_WITH(p->can_implement(bad), Status::MisalignedOperand, "A pointer expected 16-byte aligned");
+  bad = a;
+  bad.d.data = fake_ptr(3, 8);  // d_align promised 16
+  EXPECT_FAILS_WITH(p->can_implement(bad), Status::MisalignedOperand, "D pointer expected 16-byte aligned");
   bad = a;
   bad.d.data = fake_ptr(1, 64);
   EXPECT_FAILS_WITH(p->can_implement(bad), Status::InvalidProblem, "D overlaps W");
@@ -669,11 +704,122 @@ TEST(GroupedGemm, SelectAndCanImplement) {
   e = d;
   e.w_group = 48 * 64 - 8;
   EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, e), Status::InvalidProblem, "w_group expected");
+  e = d;
+  e.d_align = 12;
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, e), Status::InvalidProblem,
+                    "d_align expected a power of two, got 12");
+  e = d;
+  e.groups = 65536;
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, e), Status::Unsupported, "groups expected <= 65535");
   PlanPreference pref;
   pref.backend = Backend::CuBlasLt;
-  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, d, pref), Status::Unsupported, "backend expected any or native");
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, d, pref), Status::Unsupported,
+                    "backend expected any, native or cutlass, got cublaslt");
+  pref.backend = Backend::Any;
+  pref.tf32 = Tristate::Require;
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, d, pref), Status::Unsupported, "tf32=Require");
   const auto rows = coverage(kOff);
   EXPECT_TRUE(std::any_of(rows.begin(), rows.end(), [](const CoverageRow& r) { return r.op == "grouped_gemm"; }));
+}
+
+TEST(GroupedGemm, OffsetsFormsAndEmptyTensors) {
+  GroupedGemmDesc d;
+  d.dtype = DType::f16;
+  d.groups = 4, d.rows = 50, d.n = 32, d.k = 16;
+  d.ends_only = true;  // torch._grouped_mm's offs: [groups] ends
+  auto p = GroupedGemmPlan::select(kOff, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  GroupedGemmArgs a = grouped_args(d);
+  a.offsets.dtype = DType::s32;
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  a.offsets = make_ref(fake_ptr(2), DType::s32, {5});
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "offsets shape expected [4], got [5]");
+  // k = 0: A and W have no element, so their strides address nothing and any value passes.
+  GroupedGemmDesc z = d;
+  z.k = 0;
+  auto pz = GroupedGemmPlan::select(kOff, z);
+  ASSERT_TRUE(pz.ok()) << pz.message();
+  GroupedGemmArgs az = grouped_args(z);
+  az.a.layout = test::strided({50, 0}, {1, 1});
+  az.w.layout = test::strided({4, 32, 0}, {32, 1, 1});
+  EXPECT_TRUE(pz->can_implement(az).ok()) << pz->can_implement(az).message();
+  // No groups: every row is uncovered (written as zeros).
+  GroupedGemmDesc g0 = d;
+  g0.groups = 0;
+  auto p0 = GroupedGemmPlan::select(kOff, g0);
+  ASSERT_TRUE(p0.ok()) << p0.message();
+  GroupedGemmArgs a0 = grouped_args(g0);
+  a0.offsets.data = nullptr;  // [0]
+  EXPECT_TRUE(p0->can_implement(a0).ok()) << p0->can_implement(a0).message();
+}
+
+TEST(GroupedGemm, ImplementationChoice) {
+  GroupedGemmDesc d;
+  d.dtype = DType::bf16;
+  d.groups = 8, d.rows = 8192, d.n = 4096, d.k = 4096;
+  PlanPreference native;
+  native.backend = Backend::Native;
+  auto pn = GroupedGemmPlan::select(kOff, d, native);
+  ASSERT_TRUE(pn.ok()) << pn.message();
+  EXPECT_EQ(pn->sku().backend, Backend::Native);
+  PlanPreference cut;
+  cut.backend = Backend::Cutlass;
+  if (!grouped_cutlass_built()) {
+    EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, d, cut), Status::Unsupported,
+                      "cutlass-grouped: baracuda was built without CUTLASS", "native: backend=cutlass requested");
+    return;
+  }
+  // 1024 rows per expert: the 128x256 cooperative tile with the 2x1 cluster.
+  auto big = GroupedGemmPlan::select(kOff, d);
+  ASSERT_TRUE(big.ok()) << big.message();
+  EXPECT_EQ(big->sku().backend, Backend::Cutlass);
+  EXPECT_NE(big->sku().layout.find("128x256x64 cluster 2x1x1"), std::string::npos) << big->sku().layout;
+  // 64 experts, 128 rows each on average: the 128x128 ping-pong tile (no row rounding by the cluster).
+  GroupedGemmDesc moe = d;
+  moe.groups = 64, moe.n = 2048, moe.k = 2048;
+  auto small = GroupedGemmPlan::select(kOff, moe);
+  ASSERT_TRUE(small.ok()) << small.message();
+  EXPECT_NE(small->sku().layout.find("128x128x64 cluster 1x2x1"), std::string::npos) << small->sku().layout;
+  // 256 rows per expert: below the large tile's 512 (its granularity is 256 rows).
+  moe.groups = 32;
+  EXPECT_NE(GroupedGemmPlan::select(kOff, moe)->sku().layout.find("128x128x64"), std::string::npos);
+  // The arrays grow with the groups (60 bytes a group, 256-byte aligned segments).
+  EXPECT_GT(small->workspace_size(), big->workspace_size());
+
+  // What the TMA stores of D exclude: "any" falls back to native, forcing CUTLASS names the field.
+  GroupedGemmDesc e = d;
+  e.n = 44;
+  EXPECT_EQ(GroupedGemmPlan::select(kOff, e)->sku().backend, Backend::Native);
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, e, cut), Status::Unsupported,
+                    "cutlass-grouped: n expected a multiple of 8 (16-byte TMA rows of D), got 44");
+  e = d;
+  e.ldd = 4100;
+  EXPECT_EQ(GroupedGemmPlan::select(kOff, e)->sku().backend, Backend::Native);
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, e, cut), Status::Unsupported,
+                    "cutlass-grouped: ldd expected a multiple of 8");
+  e = d;
+  e.d_align = 8;
+  EXPECT_EQ(GroupedGemmPlan::select(kOff, e)->sku().backend, Backend::Native);
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(kOff, e, cut), Status::Unsupported,
+                    "cutlass-grouped: D expected a 16-byte aligned pointer (TMA stores), got d_align 8");
+  EXPECT_FAILS_WITH(GroupedGemmPlan::select(Target::offline(80), d, cut), Status::Unsupported,
+                    "cutlass-grouped: needs sm_90", "got sm_80");
+}
+
+TEST(GroupedGemm, RunChecksWorkspaceBeforeLaunching) {
+  if (!grouped_cutlass_built()) GTEST_SKIP() << "built without CUTLASS (the native kernel needs no workspace)";
+  GroupedGemmDesc d;
+  d.dtype = DType::bf16;
+  d.groups = 3, d.rows = 100, d.n = 48, d.k = 64;
+  auto p = GroupedGemmPlan::select(kOff, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  const GroupedGemmArgs a = grouped_args(d);
+  EXPECT_FAILS_WITH(p->run(nullptr, {}, a), Status::WorkspaceTooSmall, "grouped_gemm: workspace expected >= ", "got 0");
+  EXPECT_FAILS_WITH(p->run(nullptr, {fake_ptr(4, 64), p->workspace_size()}, a), Status::MisalignedOperand,
+                    "workspace pointer expected 256-byte aligned");
+  GroupedGemmArgs bad = a;
+  bad.d.data = fake_ptr(0, 32);  // D over A: refused before the workspace is even looked at
+  EXPECT_FAILS_WITH(p->run(nullptr, {}, bad), Status::InvalidProblem, "D overlaps A");
 }
 }  // namespace
 }  // namespace baracuda

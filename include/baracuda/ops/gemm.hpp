@@ -174,9 +174,15 @@ class GemmPlan {
 
 // ---- grouped GEMM (mixture of experts) ---------------------------------------------------------------
 /// D[t, :] = A[t, :] * W[g]^T for every row t of group g, where group g owns the rows
-/// offsets[g] <= t < offsets[g + 1] (tokens sorted by expert). One launch for all groups.
+/// start(g) <= t < end(g) (tokens sorted by expert). One launch for all groups; the boundaries live
+/// on the device, so run() never reads them on the host (no synchronization, graph-capturable).
 /// A [rows, k] and D [rows, n] are row-major with leading dimensions; W [groups, n, k] is
 /// K-contiguous (each group a torch linear weight). f16 / bf16, f32 accumulation.
+///
+///   GroupedGemmDesc d;  d.dtype = DType::bf16;  d.groups = 8, d.rows = tokens, d.n = 4096, d.k = 4096;
+///   d.ends_only = true;                                     // offsets = torch._grouped_mm's offs
+///   auto plan = GroupedGemmPlan::select(Target::current().value(), d);
+///   plan->run(stream, {ws_ptr, plan->workspace_size()}, {a, w, offs, out});
 struct GroupedGemmDesc {
   DType dtype = DType::bf16;
   int64_t groups = 0, rows = 0, n = 0, k = 0;
@@ -184,13 +190,23 @@ struct GroupedGemmDesc {
   int64_t ldw = 0;      ///< W's stride between the n rows of a group (0 = k)
   int64_t w_group = 0;  ///< W's stride between groups (0 = n * ldw)
   int64_t ldd = 0;      ///< D's row stride (0 = n)
+  /// false: offsets holds the groups + 1 boundaries, start(g) = offsets[g], end(g) = offsets[g + 1].
+  /// true: offsets holds the groups ends only (torch._grouped_mm's offs), start(0) = 0 and
+  /// start(g) = offsets[g - 1], end(g) = offsets[g].
+  bool ends_only = false;
+  /// Alignment in bytes (a power of two) the caller guarantees for D's pointer; the Hopper kernel
+  /// stores D by TMA and needs 16 (below that select() takes the native kernel).
+  uint16_t d_align = 16;
   /// Leading dimensions filled in (0 -> dense).
   GroupedGemmDesc normalized() const;
 };
 
-/// offsets: int64 (or int32) device tensor [groups + 1], non-decreasing from 0 to rows. The kernel
-/// clamps every range to [0, rows], so malformed offsets give wrong rows, never an out-of-bounds
-/// access; rows that no group covers are left untouched.
+/// offsets: int64 or int32 device tensor, [groups + 1] (or [groups] with ends_only), non-decreasing
+/// within [0, rows]. Malformed offsets are clamped on the device, never refused and never read or
+/// written out of bounds: every boundary is clamped to [0, rows] and an end below its start is
+/// raised to the start (so a decreasing offset gives its group 0 rows and the next group starts at
+/// the running maximum). Rows that no group covers (before start(0), from the last end on, or all
+/// rows when k == 0 or groups == 0) are written with zeros, so D is always fully defined.
 struct GroupedGemmArgs {
   TensorRef a, w, offsets;
   TensorMut d;
@@ -198,21 +214,43 @@ struct GroupedGemmArgs {
 
 class GroupedGemmPlan {
  public:
+  /// Validates the descriptor and picks the first implementation that accepts it:
+  ///  1. cutlass-grouped (sm_90, built with CUTLASS): CUTLASS 3.x Hopper grouped GEMM (TMA + WGMMA,
+  ///     warp-specialized, persistent, per-group TMA descriptors updated on the device); a small
+  ///     kernel first turns the device offsets into per-group shapes and pointers in the workspace.
+  ///     Needs n % 8 == 0, ldd % 8 == 0 and d_align >= 16 (TMA stores of 16-byte rows). Its tile
+  ///     (named in the SKU) follows the average rows per group: 128x256 cooperative with a 2x1
+  ///     cluster for groups of >= 512 rows on average, 128x128 ping-pong with a 1x2 cluster otherwise.
+  ///  2. native: one block per 64 x 64 tile, mma.sync from global memory (any sm >= 80, any ldd).
   /// Refuses (naming the field) dtypes other than f16/bf16, k % 8 != 0, strides that break 16-byte
-  /// rows, more than 65535 groups, backends other than any/native, tf32 / reduced-precision
-  /// requirements and vectorized=Forbid. Deterministic and bit-stable (no split-K).
+  /// rows, more than 65535 groups, tf32 / reduced-precision requirements and vectorized=Forbid;
+  /// backend Native or Cutlass forces that implementation (refused where it cannot serve).
+  /// Both are deterministic and bit-stable (no split-K; f32 accumulation in a fixed k order per
+  /// output, one rounding to the output dtype); they may differ from each other in the last bit.
   static Result<GroupedGemmPlan> select(const Target& target, const GroupedGemmDesc& desc,
                                         const PlanPreference& pref = {});
-  size_t workspace_size() const { return 0; }
+  /// Device scratch run() needs: the per-group problem shapes, pointers and strides plus CUTLASS's
+  /// per-SM TMA descriptors for cutlass-grouped (about 60 bytes a group + 64 KB); 0 for native.
+  size_t workspace_size() const { return workspace_bytes_; }
   Result<void> can_implement(const GroupedGemmArgs& args) const;
+  /// Enqueues on `stream`: can_implement, workspace check, then the zeroing/preparation kernel and
+  /// the GEMM. Never allocates, never synchronizes.
   Result<void> run(cudaStream_t stream, Workspace ws, const GroupedGemmArgs& args) const;
   const KernelSku& sku() const { return sku_; }
   const PrecisionGuarantee& precision() const { return sku_.precision; }
   const GroupedGemmDesc& desc() const { return desc_; }
 
+  enum class Path : uint8_t { Cutlass, Native };
+  Path path() const { return path_; }
+
  private:
   GroupedGemmDesc desc_;
+  Target target_;
   KernelSku sku_;
+  Path path_ = Path::Native;
+  uint8_t cutlass_tile_ = 0;  ///< Cutlass: the tile configuration chosen by shape
+  size_t workspace_bytes_ = 0;
+  friend struct GroupedGemmPlanAccess;
 };
 
 /// One-line convenience: select (cached per thread by descriptor and preference) and run.

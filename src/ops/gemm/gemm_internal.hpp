@@ -1,7 +1,8 @@
 // Internal interfaces of the GEMM family: the column-major normal form that cuBLASLt consumes,
-// the native kernels' launchers (gemm_kernels.cu), the CUTLASS int8 kernels
-// (gemm_cutlass_int8_<dtype>.cu, the only files of the family that include CUTLASS) and the
-// cuBLASLt backend (gemm_cublaslt.cpp, the only file of the family that includes cublasLt.h).
+// the native kernels' launchers (gemm_kernels.cu), the CUTLASS int8 and grouped kernels
+// (gemm_cutlass_int8_<dtype>.cu and gemm_cutlass_grouped_<dtype>.cu, the only files of the family
+// that include CUTLASS) and the cuBLASLt backend (gemm_cublaslt.cpp, the only file of the family
+// that includes cublasLt.h).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -103,11 +104,85 @@ struct GroupedParams {
   int64_t ldw = 0, w_group = 0;
   const void* offsets = nullptr;
   bool offsets_i32 = false;
+  bool ends_only = false;  ///< offsets = [groups] ends (group 0 starts at 0), else [groups + 1]
   void* d = nullptr;
   int64_t ldd = 0;
 };
 inline constexpr int kGroupedTileM = 64, kGroupedTileN = 64;
 cudaError_t launch_grouped(const GroupedParams& p, cudaStream_t s);
+
+/// The per-group arrays the CUTLASS grouped kernel reads (device memory, in the plan's workspace):
+/// problem shape (m_g, n, k) as 3 int32, pointers to the group's first row of A, its W[g] and its
+/// first row of D, and the row strides (lda, ldw, ldd) as int64 — the memory layouts of CUTLASS's
+/// Shape<int, int, int> and Stride<int64_t, _1, _0>, which gemm_cutlass_grouped.cuh static_asserts.
+struct GroupedArrays {
+  int32_t* shapes = nullptr;  ///< [groups][3]
+  const void** ptr_a = nullptr;
+  const void** ptr_w = nullptr;
+  void** ptr_d = nullptr;
+  int64_t* stride_a = nullptr;
+  int64_t* stride_w = nullptr;
+  int64_t* stride_d = nullptr;
+};
+
+/// The preparation kernel that runs before either grouped implementation: clamps the offsets the
+/// way the native kernel does (every boundary to [0, rows], each end raised to its start), writes
+/// zeros to the rows no group covers ([0, start(0)) and [last end, rows), or every row when
+/// `zero_all`), and, when `arrays.shapes` is set, block 0 scans the groups and fills the arrays.
+struct GroupedPrepareParams {
+  GroupedParams g;
+  GroupedArrays arrays;   ///< all null: zeroing only (native path)
+  bool zero_all = false;  ///< k == 0 or groups == 0: D = 0 everywhere, nothing else to do
+  int num_sms = 132;      ///< sizes the zeroing grid
+};
+cudaError_t launch_grouped_prepare(const GroupedPrepareParams& p, cudaStream_t s);
+
+// ---- CUTLASS grouped GEMM (gemm_cutlass_grouped.cuh, gemm_cutlass_grouped_<dtype>.cu) ------------------
+/// One CTA tile configuration of the Hopper grouped kernel (CUTLASS 3.x ptr-array grouped GEMM:
+/// A [m_g, k] K-major x W[g] [n, k] K-major -> D [m_g, n] row-major, TMA loads, WGMMA with an f32
+/// accumulator, persistent group tile scheduler, TMA descriptors patched per group on the device).
+struct CutlassGroupedTile {
+  int m, n, k;               ///< CTA tile
+  int cluster_m, cluster_n;  ///< cluster (TMA multicast of the operand shared along it)
+  bool cooperative;          ///< two consumer warp groups split one tile (else ping-pong: a tile each)
+  const char* name;          ///< for the SKU
+};
+/// [0] large groups: 128x256x64 cooperative (a 64x256 f32 accumulator per consumer warp group),
+/// 2x1 cluster multicasting the 256-row W tile to both CTAs, which halves W's traffic from L2; the
+/// MMAs, not L2, bound it. The scheduler rounds every group's row tiles up to the cluster's 2, so
+/// this pays only when groups are tall (a 256-row granularity).
+/// [1] short groups (many experts, skewed routing): 128x128x64 ping-pong, each consumer warp group
+/// a whole tile so one's epilogue overlaps the other's MMAs, with a 1x2 cluster multicasting the A
+/// tile along n: n is known on the host, so that cluster rounds nothing when the column tiles are
+/// even, where a 2x1 cluster would round every group's rows to 256. 64-row tiles would waste fewer
+/// rows but need ~1.6x the L2 -> SM bytes per flop, more than L2 delivers at the MMA rate.
+inline constexpr CutlassGroupedTile kCutlassGroupedTiles[] = {
+    {128, 256, 64, 2, 1, true, "128x256x64 cluster 2x1x1 warp-specialized cooperative persistent"},
+    {128, 128, 64, 1, 2, false, "128x128x64 cluster 1x2x1 warp-specialized ping-pong persistent"},
+};
+inline constexpr int kCutlassGroupedLarge = 0, kCutlassGroupedSmall = 1;
+
+/// One launch of the CUTLASS grouped kernel over the arrays (already filled on the stream).
+struct CutlassGroupedParams {
+  int config = kCutlassGroupedLarge;
+  int groups = 0;
+  GroupedArrays arrays;
+  int device = 0;    ///< the current device at launch
+  int sm_count = 0;  ///< persistent CTAs (the workspace holds this many SMs' TMA descriptors)
+};
+/// The kernels of one dtype (bf16, f16), explicitly instantiated in gemm_cutlass_grouped_<dtype>.cu.
+/// `built` is false when the library was compiled without CUTLASS or without sm_90a (null functions).
+struct CutlassGroupedKernels {
+  bool built = false;
+  /// CUTLASS's own can_implement (the per-group checks need host shapes, so grouped.cpp checks
+  /// n, k and the strides itself).
+  bool (*implementable)(const CutlassGroupedParams&) = nullptr;
+  /// CUTLASS's workspace (per-SM TMA descriptors), not counting the arrays.
+  size_t (*workspace)(const CutlassGroupedParams&) = nullptr;
+  cudaError_t (*launch)(const CutlassGroupedParams&, void* ws, cudaStream_t) = nullptr;
+};
+template <DType D>
+CutlassGroupedKernels cutlass_grouped_kernels();
 
 // ---- CUTLASS int8 GEMM with a scale epilogue (gemm_cutlass_int8.cuh, gemm_cutlass_int8_<d>.cu) ----
 /// D[i, j] = a_scale[i] * b_scale[j] * sum_k A[i, k] B[k, j] (+ bias[j]) on Hopper tensor cores

@@ -1,6 +1,7 @@
 // Native kernels of the GEMM family: the small-M streaming GEMM (decode), the epilogue that
-// cuBLASLt cannot fuse (erf gelu, silu, relu backward, column-major bias, k = 0), and the
-// deterministic bias-gradient reduction.
+// cuBLASLt cannot fuse (erf gelu, silu, relu backward, column-major bias, k = 0), the
+// deterministic bias-gradient reduction, and the grouped GEMM's native kernel and preparation
+// kernel (offsets -> per-group arrays for the CUTLASS grouped kernel, zeros for uncovered rows).
 #include <cuda_runtime.h>
 
 #include "kernels/common/dtype_traits.cuh"
@@ -278,23 +279,29 @@ cudaError_t small_m_for(const SmallMParams& p, cudaStream_t s) {
 }
 
 // ---- grouped GEMM -------------------------------------------------------------------------------------
+/// Boundary i (0 <= i <= groups) of the grouped problem, clamped to [0, rows]: the start of group 0
+/// (i = 0, which is 0 when only the ends are given) or the end of group i - 1.
+__device__ __forceinline__ int64_t grouped_bound(const GroupedParams& p, int64_t i) {
+  if (p.ends_only && i == 0) return 0;
+  const int64_t j = p.ends_only ? i - 1 : i;
+  const int64_t v =
+      p.offsets_i32 ? static_cast<const int32_t*>(p.offsets)[j] : static_cast<const int64_t*>(p.offsets)[j];
+  return v < 0 ? 0 : (v > p.rows ? p.rows : v);
+}
+
 // A block computes one 64 x 64 tile of one group with 4 warps (2 x 2), each warp 32 x 32 = 2 m16 x
 // 4 n8 MMA tiles. Fragments come straight from global memory with the small-M kernel's k
 // permutation (one 16-byte vector per lane per fragment row); the block's warps share their rows and
-// columns through L1. The block finds its (group, row tile) by scanning the clamped offsets.
+// columns through L1. The block finds its (group, row tile) by scanning the clamped offsets (an end
+// below its start is raised to the start, as the preparation kernel does).
 template <class T>
 __global__ void __launch_bounds__(128) grouped_kernel(GroupedParams p) {
   __shared__ int64_t s_group, s_row0, s_row1;
   if (threadIdx.x == 0) {
-    auto off = [&](int64_t g) -> int64_t {
-      const int64_t v =
-          p.offsets_i32 ? static_cast<const int32_t*>(p.offsets)[g] : static_cast<const int64_t*>(p.offsets)[g];
-      return v < 0 ? 0 : (v > p.rows ? p.rows : v);
-    };
     s_group = -1;
-    int64_t acc = 0, lo = off(0);
+    int64_t acc = 0, lo = grouped_bound(p, 0);
     for (int64_t g = 0; g < p.groups; ++g) {
-      int64_t hi = off(g + 1);
+      int64_t hi = grouped_bound(p, g + 1);
       if (hi < lo) hi = lo;
       const int64_t tiles = (hi - lo + kGroupedTileM - 1) / kGroupedTileM;
       if (static_cast<int64_t>(blockIdx.x) < acc + tiles) {
@@ -368,6 +375,100 @@ __global__ void __launch_bounds__(128) grouped_kernel(GroupedParams p) {
         const int64_t c = col_base + j * 8 + 2 * q + (e & 1);
         if (r < row_end && c < p.n) D[r * p.ldd + c] = convert<T>(acc[i][j][e]);
       }
+}
+
+// ---- grouped GEMM preparation --------------------------------------------------------------------------
+constexpr int kPrepareThreads = 256;
+constexpr int kPrepareWarps = kPrepareThreads / 32;
+
+/// Inclusive max-scan of `v` over the block (thread order); `total` receives the block's maximum.
+__device__ int64_t block_inclusive_max(int64_t v, int64_t* total) {
+  __shared__ int64_t s_warp[kPrepareWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int64_t u = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v = v > u ? v : u;
+  }
+  if (lane == 31) s_warp[warp] = v;
+  __syncthreads();
+  int64_t before = INT64_MIN, all = INT64_MIN;
+#pragma unroll
+  for (int w = 0; w < kPrepareWarps; ++w) {
+    const int64_t x = s_warp[w];
+    if (w < warp) before = before > x ? before : x;
+    all = all > x ? all : x;
+  }
+  __syncthreads();  // s_warp is reused by the next call
+  *total = all;
+  return v > before ? v : before;
+}
+
+/// See GroupedPrepareParams. Every block finds the covered rows [lo, hi) (lo = the clamped start of
+/// group 0, hi = the running maximum of all boundaries = the clamped end of the last group) and zeroes
+/// its share of the rest; block 0 also writes the per-group arrays, a chunk of 256 groups at a time.
+__global__ void __launch_bounds__(kPrepareThreads) grouped_prepare_kernel(GroupedPrepareParams pp) {
+  const GroupedParams& p = pp.g;
+  int64_t lo = 0, hi = 0;  // zero_all: nothing is covered
+  if (!pp.zero_all) {
+    lo = grouped_bound(p, 0);
+    int64_t m = lo;
+    for (int64_t i = 1 + threadIdx.x; i <= p.groups; i += kPrepareThreads) {
+      const int64_t b = grouped_bound(p, i);
+      m = m > b ? m : b;
+    }
+    block_inclusive_max(m, &hi);
+  }
+
+  if (blockIdx.x == 0 && pp.arrays.shapes && !pp.zero_all) {
+    // Only f16 / bf16 reach here: 2-byte elements.
+    const auto* a = static_cast<const char*>(p.a);
+    const auto* w = static_cast<const char*>(p.w);
+    auto* d = static_cast<char*>(p.d);
+    constexpr int64_t kElem = 2;
+    __shared__ int64_t s_end[kPrepareThreads];
+    int64_t carry = lo;  // the running maximum of the boundaries before this chunk = start of its first group
+    for (int64_t base = 0; base < p.groups; base += kPrepareThreads) {  // uniform: every thread scans
+      const int64_t g = base + threadIdx.x;
+      const int64_t b = g < p.groups ? grouped_bound(p, g + 1) : INT64_MIN;
+      int64_t chunk_max;
+      const int64_t incl = block_inclusive_max(b, &chunk_max);
+      const int64_t end = incl > carry ? incl : carry;  // end(g) = max(lo, boundaries 1 .. g + 1)
+      s_end[threadIdx.x] = end;
+      __syncthreads();
+      if (g < p.groups) {
+        const int64_t start = threadIdx.x == 0 ? carry : s_end[threadIdx.x - 1];  // start(g) = end(g - 1)
+        pp.arrays.shapes[3 * g + 0] = static_cast<int32_t>(end - start);
+        pp.arrays.shapes[3 * g + 1] = static_cast<int32_t>(p.n);
+        pp.arrays.shapes[3 * g + 2] = static_cast<int32_t>(p.k);
+        pp.arrays.ptr_a[g] = a + start * p.lda * kElem;
+        pp.arrays.ptr_w[g] = w + g * p.w_group * kElem;
+        pp.arrays.ptr_d[g] = d + start * p.ldd * kElem;
+        pp.arrays.stride_a[g] = p.lda;
+        pp.arrays.stride_w[g] = p.ldw;
+        pp.arrays.stride_d[g] = p.ldd;
+      }
+      __syncthreads();  // s_end is rewritten by the next chunk
+      carry = carry > chunk_max ? carry : chunk_max;
+    }
+  }
+
+  // Zeros for the uncovered rows: [0, lo) then [hi, rows), numbered 0 .. lo + rows - hi.
+  const int64_t nu = lo + (p.rows - hi);
+  if (nu <= 0 || p.n == 0) return;
+  auto row_of = [&](int64_t r) { return r < lo ? r : hi + (r - lo); };
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kPrepareThreads;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kPrepareThreads + threadIdx.x;
+  const bool vec = p.n % 8 == 0 && p.ldd % 8 == 0 && reinterpret_cast<uintptr_t>(p.d) % 16 == 0;
+  if (vec) {
+    const int64_t per_row = p.n / 8;
+    auto* d = static_cast<uint4*>(p.d);
+    for (int64_t i = t0; i < nu * per_row; i += stride)
+      d[row_of(i / per_row) * (p.ldd / 8) + i % per_row] = make_uint4(0, 0, 0, 0);
+  } else {
+    auto* d = static_cast<uint16_t*>(p.d);
+    for (int64_t i = t0; i < nu * p.n; i += stride) d[row_of(i / p.n) * p.ldd + i % p.n] = 0;
+  }
 }
 
 // ---- epilogue ---------------------------------------------------------------------------------------
@@ -463,6 +564,17 @@ cudaError_t launch_grouped(const GroupedParams& p, cudaStream_t s) {
     err = cudaGetLastError();
   });
   return err;
+}
+
+cudaError_t launch_grouped_prepare(const GroupedPrepareParams& p, cudaStream_t s) {
+  if (p.g.rows == 0 || p.g.n == 0) return cudaSuccess;  // no row to zero, and no GEMM follows
+  // The uncovered rows are known only on the device: size the grid for all of D (about 32K
+  // elements a block), capped at two blocks an SM; blocks with nothing to zero return at once.
+  const int64_t want = (p.g.rows * p.g.n + 32767) / 32768;
+  const int64_t cap = 2 * static_cast<int64_t>(p.num_sms > 0 ? p.num_sms : 132);
+  const unsigned blocks = static_cast<unsigned>(want < 1 ? 1 : (want > cap ? cap : want));
+  grouped_prepare_kernel<<<blocks, kPrepareThreads, 0, s>>>(p);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_epilogue(const EpilogueParams& p, cudaStream_t s) {
