@@ -58,7 +58,8 @@
 //     Zero points arrive as float32: the forward uses clamp(rint(zp)), the per-tensor backward
 //     int64(clamp(zp + 0.5)), the per-channel backward clamp(rint(zp)) (torch's three rules).
 // dynamic_quantize (symmetric; qmax = q_max, 448 or 57344):
-//   scale = amax / qmax in float32 (amax = max |x| of the row or tensor, NaN propagates), or 1 when
+//   scale = amax * (1 / qmax) in float32 (torch's `amax / qmax`: ATen divides by a scalar as a product
+//   with its reciprocal) (amax = max |x| of the row or tensor, NaN propagates), or 1 when
 //   amax is 0 or not finite; then the quantize formula above with that scale (zp = 0). Per-token:
 //   one kernel reads each row once (held in registers up to 16384 16-bit elements), writes the
 //   row's scale ([rows] float32) and its quantized values. Per-tensor current scaling: three

@@ -125,9 +125,13 @@ __device__ __forceinline__ void store_bytes(void* dst, const void* src) {
 /// max that propagates NaN (torch.amax), for |x| >= 0.
 __device__ __forceinline__ float nanmax(float a, float b) { return (a != a || a > b) ? a : b; }
 
-/// The dynamic scale rule: amax / qmax, or `fallback` when amax is 0, NaN or infinite.
+/// The dynamic scale rule: amax * (1 / qmax), or `fallback` when amax is 0, NaN or infinite. A
+/// product with the float reciprocal, not a division: that is what torch's `amax / 127` computes
+/// (ATen divides a tensor by a CPU scalar as a * (1 / b) in opmath), and the H100 tests found the
+/// true quotient 1 ulp off it in a few rows.
 __device__ __forceinline__ float scale_of(float amax, float qmax, float fallback) {
-  return (amax > 0.f && amax <= cuda::std::numeric_limits<float>::max()) ? amax / qmax : fallback;
+  const float inv = 1.0f / qmax;
+  return (amax > 0.f && amax <= cuda::std::numeric_limits<float>::max()) ? amax * inv : fallback;
 }
 
 /// The double division, out of line: it runs near ties only, and inlined into every element of a
