@@ -4,6 +4,7 @@
 Rows (``--cases``):
   ce_llm     cross_entropy [8192, 128256] bf16 (class indices, mean): forward, and forward + backward
   ce_vocab32 cross_entropy [4096, 32000] bf16
+  ce_vocab152 cross_entropy [4096, 151936] bf16 (a 10-CTA cluster a row: a non-portable size)
   ce_cls     cross_entropy [16384, 1000] f32
   mse        mse_loss [16384, 4096] bf16 (mean): forward, and forward + backward
 
@@ -11,8 +12,9 @@ baracuda runs through ``baracuda._C.loss`` with pre-allocated outputs and worksp
 forward plan (loss + log-sum-exp + total weight); ``fw+bw`` is the forward plan followed by the
 backward plan (it recomputes the softmax from the logits and the saved log-sum-exp: about 2 reads
 + 1 write of the logits, what ``baracuda.functional.cross_entropy`` + autograd launches);
-``fused`` is the forward plan with ``fused_grad`` (loss and gradient from one kernel: the row is
-read again while in L2) and its backward (an in-place rescale by dy that moves nothing for dy = 1);
+``fused`` is the forward plan with ``fused_grad`` (loss and gradient from one kernel: on sm_90 a
+thread-block cluster holds each long row on chip, one read + one write; shorter rows are read again
+while in L2) and its backward (an in-place rescale by dy that moves nothing for dy = 1);
 ``autograd`` is the full Python path (``baracuda.loss.cross_entropy`` + ``torch.autograd.grad``,
 target check off), which takes the fused kernel for reduced losses. torch eager runs ``F.cross_entropy`` / ``F.mse_loss``
 and ``torch.autograd.grad`` of its own graph; torch.compile compiles the forward and takes the
@@ -35,6 +37,7 @@ import bench  # noqa: E402  (shared harness; imports torch lazily)
 CASES = {
     "ce_llm": ("cross_entropy", (8192, 128256), "bf16"),
     "ce_vocab32": ("cross_entropy", (4096, 32000), "bf16"),
+    "ce_vocab152": ("cross_entropy", (4096, 151936), "bf16"),
     "ce_cls": ("cross_entropy", (16384, 1000), "f32"),
     "mse": ("mse_loss", (16384, 4096), "bf16"),
 }

@@ -10,11 +10,14 @@ batchmean) are deterministic: per-row (or per-element) losses summed in a fixed 
 
 cross_entropy reads each row of logits once (online max / sum of exp, 16-byte loads, a CTA per row
 for LLM vocabularies). With autograd and a reduced loss (mean/sum) the forward is the fused kernel:
-it writes the loss and the logits' gradient (for dy = 1) in one pass structure, reading each row a
-second time while it is still in L2; the backward then scales that gradient in place by dy on the
-device, and moves no bytes when dy is 1 (``loss.backward()``). Forward + backward thus cost about
-one read and one write of the logits from DRAM, where torch materialises log_softmax and a dense
-one-hot gradient. The fused backward consumes the saved gradient: a second backward through the
+it writes the loss and the logits' gradient (for dy = 1) from one read of the logits. On Hopper a
+row longer than one CTA holds (16384 16-bit classes) is spread over a thread-block cluster of up to
+16 CTAs that keeps it in shared memory while the row's log-sum-exp is exchanged (so a 128k
+vocabulary is read once from DRAM); shorter rows, and GPUs before sm_90, read the row a second time
+while it is still in L2. The backward then scales that gradient in place by dy on the device, and
+moves no bytes when dy is 1 (``loss.backward()``). Forward + backward thus cost one read and one
+write of the logits, where torch materialises log_softmax and a dense one-hot gradient. The fused
+backward consumes the saved gradient: a second backward through the
 same graph (retain_graph) raises; set ``baracuda.loss.fused_autograd = False`` for that (or for
 reduction='none', always): the forward then saves the log-sum-exp and the backward recomputes the
 softmax from the logits (one more read). The same kernels serve [N, C], [N, C, d1, ...] (strided
@@ -188,8 +191,9 @@ if torch is not None:
                                ctx.smoothing, ctx.probs, need_dt)
             return (None, None, None, None, None, dx if ctx.needs_input_grad[5] else None, dt, None)
     class FusedCrossEntropyFunction(torch.autograd.Function):
-        """cross_entropy with a reduced loss: the forward's fused kernel also writes the gradient for
-        dy = 1; the backward scales it in place by dy (nothing moves when dy is 1)."""
+        """cross_entropy with a reduced loss: the forward's fused kernel (the cluster kernel for long
+        rows on sm_90) also writes the gradient for dy = 1; the backward scales it in place by dy
+        (nothing moves when dy is 1)."""
 
         @staticmethod
         def forward(ctx, reduction, ignore_index, smoothing, input, target, weight):
@@ -267,8 +271,9 @@ def _ce_fused(input, target, weight, ignore_index, reduction, smoothing, grad_sc
 
 def cross_entropy_with_grad(input, target, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
                             grad_scale=None, inplace=False):
-    """(loss, grad_input) of cross_entropy from ONE fused forward: each row is read, reduced, and read
-    again for its gradient while it is still in L2. The gradient is d loss / d input times
+    """(loss, grad_input) of cross_entropy from ONE fused forward: each row is read once (long rows
+    on sm_90: a thread-block cluster holds the row on chip; otherwise the gradient pass re-reads it
+    from L2). Class-index or probability targets. The gradient is d loss / d input times
     `grad_scale` (a tensor of the loss's shape, or None for 1), computed without autograd.
     ``inplace=True`` writes the gradient over `input` (the logits are not needed afterwards)."""
     require_torch()

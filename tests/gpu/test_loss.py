@@ -4,11 +4,12 @@ Reference = torch.nn.functional on the same inputs upcast (f64 for f32/f64, f32 
 cast back; gradients through torch.autograd.grad of that reference. Tolerances = torch.testing's
 defaults per dtype times the row's ``tol`` (from ``_C.loss_ops()``), times 2 for backward; reduced
 losses add an atol proportional to the mean |loss| (a sum of many terms). Class rows of length 1, 7,
-129, 4097, 65537 (and a 128256 vocabulary); ignore_index rows, all-ignored and empty batches,
-weights, label smoothing, probability targets, [N, C, d1, ...] layouts, strided logits,
-out-of-range targets, the fused gradient, bit-identical repeated mean reductions; every pointwise
-loss x parameters x reduction x dtype with broadcasting and strided inputs; poisoned outputs catch
-unwritten elements.
+129, 4097, 65537 (and a 128256 vocabulary); ignore_index rows (also inside [0, C)), all-ignored
+and empty batches, weights, label smoothing, probability targets, [N, C, d1, ...] layouts, strided
+logits, out-of-range targets, the fused gradient (on sm_90 the thread-block cluster kernel of long
+rows: 2 to 16 CTAs a row, special values, in place, bit-stable), bit-identical repeated mean
+reductions; every pointwise loss x parameters x reduction x dtype with broadcasting and strided
+inputs; poisoned outputs catch unwritten elements.
 """
 import zlib
 
@@ -112,11 +113,12 @@ def ce_case(dt, n, variant, rows=None, *seed):
     x = randn((rows, n), dt, "ce", dt, n, variant, *seed, scale=3.0)
     t = randint((rows,), n, "ce-t", dt, n, variant, *seed)
     ignore = -100
-    if variant == "ignore" and rows > 1:
-        t[::3] = -100 if n > 1 else t[::3]
-        if n > 1:
-            t[1] = 0
-            ignore = 0  # an ignore_index inside [0, C): those rows are skipped too
+    if variant == "ignore" and n > 1:
+        # An ignore_index inside [0, C): rows whose target is 0 are skipped. Every other target
+        # must then lie in [0, C): -100 is no longer ignored, and torch rejects it (IndexError on
+        # the CPU, a device assert on CUDA) as baracuda does (test_ignore_index_inside_classes).
+        ignore = 0
+        t[::3] = 0
     w = rand((n,), dt, "ce-w", dt, n, *seed, lo=0.25, hi=2.0) if "weight" in variant else None
     ls = 0.1 if "smoothing" in variant else 0.0
     return x, t, w, ignore, ls
@@ -320,6 +322,159 @@ def test_fused_gradient(reduction, variant, dt):
                                       grad_scale=dy if reduction == "none" else None, inplace=True)
     assert g3.data_ptr() == xi.data_ptr()
     close(g3, g2, 0, 0, "in-place fused gradient")
+
+
+@pytest.mark.parametrize("path", ["fused", "recompute", "with_grad"])
+@pytest.mark.parametrize("n", [7, 4097, 128256])
+def test_ignore_index_inside_classes(path, n):
+    """Regression: ignore_index = 0 with every target in [0, C) (rows of class 0 skipped) raises
+    nothing and matches torch on every path; a -100 target is then out of range, and raises the
+    IndexError torch raises for it (on CUDA torch device-asserts, so the reference is not run)."""
+    dt = torch.bfloat16 if n > 4097 else torch.float32
+    x = randn((9, n), dt, "ign-in", n, scale=2.0)
+    t = randint((9,), n, "ign-in-t", n)
+    t[::4] = 0
+    old = BL.fused_autograd
+    BL.fused_autograd = path != "recompute"
+    try:
+        xr = x.clone().requires_grad_()
+        if path == "with_grad":
+            out, g = F.cross_entropy_with_grad(x, t, ignore_index=0)
+        else:
+            out = F.cross_entropy(xr, t, ignore_index=0)
+            (g,) = torch.autograd.grad(out, xr)
+        xu = x.to(UP[dt]).requires_grad_()
+        ref = tF.cross_entropy(xu, t, ignore_index=0)
+        (gr,) = torch.autograd.grad(ref, xu)
+        close(out, ref.detach().to(dt), *loss_tol("cross_entropy", dt, ref.detach(), "mean"), f"loss {path} n={n}")
+        rtol, atol = tol("cross_entropy", dt, bw=True)
+        close(g, gr.to(dt), rtol, atol / 9, f"grad {path} n={n}")
+        assert torch.equal(g[::4], torch.zeros_like(g[::4])), "rows whose target is ignore_index get no gradient"
+        bad = t.clone()
+        bad[1] = -100
+        with pytest.raises(IndexError, match="ignore_index=0"):
+            if path == "with_grad":
+                F.cross_entropy_with_grad(x, bad, ignore_index=0)
+            else:
+                F.cross_entropy(x.clone().requires_grad_(), bad, ignore_index=0)
+    finally:
+        BL.fused_autograd = old
+
+
+# ---- the cluster kernel (fused forward + gradient of long rows on sm_90) ------------------------------
+def cluster_ctas(dt, n):
+    """CTAs of the thread-block cluster a row of n classes takes (0: the streaming kernel); mirrors
+    LossPlan::select (512 threads x 4 16-byte vectors a CTA, 2..16 CTAs)."""
+    es = torch.tensor([], dtype=dt).element_size()
+    per_cta = 512 * 4 * (16 // es)
+    if n % (16 // es) or n <= per_cta or n > 16 * per_cta:
+        return 0
+    return -(-n // per_cta)
+
+
+# (dtype, classes): just past one CTA, LLM vocabularies (32000, 50304, 128256, 151936: 10 CTAs, a
+# non-portable cluster size), the longest a cluster holds (16 CTAs), and a length past it or not a
+# multiple of a vector (the streaming kernel).
+CLUSTER_CASES = [(torch.bfloat16, 16392), (torch.bfloat16, 32000), (torch.bfloat16, 128256),
+                 (torch.bfloat16, 151936), (torch.bfloat16, 262144), (torch.float16, 50304),
+                 (torch.float32, 8200), (torch.float32, 100000), (torch.float64, 4098),
+                 (torch.float64, 65536), (torch.bfloat16, 50257), (torch.bfloat16, 262152)]
+
+
+@pytest.mark.parametrize("dt,n", CLUSTER_CASES, ids=[f"{IDS[d]}-{n}" for d, n in CLUSTER_CASES])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("variant", CE_VARIANTS)
+def test_cross_entropy_cluster(dt, n, reduction, variant):
+    """The fused forward + gradient (autograd's path for mean/sum, cross_entropy_with_grad for
+    none) of long rows vs torch; the variant it takes on an sm_90 GPU."""
+    rows = 4
+    x, t, w, ignore, ls = ce_case(dt, n, variant, rows, "cluster")
+    up = UP[dt]
+    dy = None if reduction != "none" else randn((rows,), dt, "cluster-dy", n, variant)
+    if reduction == "none":
+        out, gx = F.cross_entropy_with_grad(x, t, weight=w, ignore_index=ignore, reduction=reduction,
+                                            label_smoothing=ls, grad_scale=dy)
+    else:
+        xr = x.clone().requires_grad_()
+        out = F.cross_entropy(xr, t, weight=w, ignore_index=ignore, reduction=reduction, label_smoothing=ls)
+        (gx,) = torch.autograd.grad(out, xr)
+    xu = x.to(up).requires_grad_()
+    ref = tF.cross_entropy(xu, t, weight=w.to(up) if w is not None else None, ignore_index=ignore,
+                           reduction=reduction, label_smoothing=ls)
+    (gr,) = torch.autograd.grad(ref, xu, dy.to(up) if dy is not None else None)
+    what = f"cluster cross_entropy {IDS[dt]} n={n} {reduction} {variant}"
+    close(out, ref.detach().to(dt), *loss_tol("cross_entropy", dt, ref.detach(), reduction), what)
+    rtol, atol = tol("cross_entropy", dt, bw=True)
+    if reduction == "mean":
+        atol = atol / rows
+    if variant != "ignore":
+        not_degenerate(gr, what + " grad")
+    close(gx, gr.to(dt), rtol, atol, what + " grad")
+    if torch.cuda.get_device_capability() >= (9, 0):
+        sku = BL.loss_sku("cross_entropy", {"input": x, "target": t, "weight": w, "out": out,
+                                            "grad_input": torch.empty_like(x)},
+                          {"ignore_index": float(ignore), "label_smoothing": ls}, reduction, fused_grad=True)
+        ctas = cluster_ctas(dt, n)
+        want = f"cluster-rows(ctas={ctas})-vec16" if ctas else "cta-rows(tpr=512)"
+        assert want in sku, f"{what}: expected layout {want}, got {sku}"
+
+
+def test_cross_entropy_cluster_special_rows():
+    """The cluster kernel over rows with a NaN logit, -inf logits, an all -inf row, an ignored row
+    and an out-of-range target (NaN loss and gradient, IndexError), in place and repeated: the
+    loss and the gradient are bit-identical run to run."""
+    dt, n = torch.bfloat16, 128256
+    x = randn((6, n), dt, "cl-special", scale=2.0)
+    x[0, 70000] = float("nan")
+    x[1, ::3] = float("-inf")
+    x[2] = float("-inf")
+    t = torch.tensor([3, 4, 5, 100000, 0, 128255], device=DEV)
+    t[4] = -100
+    xr = x.clone().requires_grad_()
+    out = F.cross_entropy(xr, t, reduction="sum")
+    (g,) = torch.autograd.grad(out, xr)
+    xu = x.float().requires_grad_()
+    ref = tF.cross_entropy(xu, t, reduction="none")
+    (gr,) = torch.autograd.grad(ref.sum(), xu)
+    assert torch.isnan(out), "a NaN row makes the sum NaN"
+    close(g, gr.to(dt), tol("cross_entropy", dt, True)[0], 1e-6, "special rows grad")
+    o2, g2 = F.cross_entropy_with_grad(x, t, reduction="none")
+    close(o2, ref.detach().to(dt), *tol("cross_entropy", dt), "special rows loss")
+    o3, g3 = F.cross_entropy_with_grad(x, t, reduction="none")
+    assert torch.equal(o2.nan_to_num(), o3.nan_to_num()) and torch.equal(g2.nan_to_num(), g3.nan_to_num()), \
+        "the cluster kernel is not bit-stable"
+    xi = x.clone()
+    _, g4 = F.cross_entropy_with_grad(xi, t, reduction="none", inplace=True)
+    assert g4.data_ptr() == xi.data_ptr()
+    assert torch.equal(g4.nan_to_num(), g2.nan_to_num()), "in-place gradient differs"
+    bad = t.clone()
+    bad[5] = n
+    with pytest.raises(IndexError):
+        F.cross_entropy_with_grad(x, bad)
+    BL.check_targets = False
+    try:
+        o5, g5 = F.cross_entropy_with_grad(x, bad, reduction="none")
+        assert torch.isnan(o5[5]) and torch.isnan(g5[5].float()).all(), "an out-of-range row is NaN"
+        assert torch.equal(o5[[1, 3, 4]], o2[[1, 3, 4]]), "other rows are untouched by a bad one"
+    finally:
+        BL.check_targets = True
+
+
+@pytest.mark.sanitizer
+def test_cluster_poisoned_outputs():
+    """Every gradient element of the cluster kernel is written (3 rows of 10 CTAs: one live, one
+    ignored, one out of range)."""
+    dt, n = torch.bfloat16, 151936
+    x = randn((3, n), dt, "cl-poison")
+    t = torch.tensor([5, -100, n + 3], device=DEV)
+    g = torch.full_like(x, float("nan"))
+    out = torch.full((3,), float("nan"), dtype=dt, device=DEV)
+    stream = torch.cuda.current_stream().cuda_stream
+    _C.loss("cross_entropy", False, {"input": dl(x), "target": dl(t), "out": dl(out), "grad_input": dl(g)}, {},
+            "none", stream, None, True, True)
+    torch.cuda.synchronize()
+    assert torch.isfinite(g[:2].float()).all() and torch.isfinite(out[:2].float()).all(), "unwritten elements"
+    assert torch.isnan(g[2].float()).all() and torch.isnan(out[2]), "the out-of-range row is NaN"
 
 
 def test_fused_backward_runs_once():

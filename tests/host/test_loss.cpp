@@ -315,6 +315,43 @@ TEST(LossConfig, ShapeFollowsClasses) {
   EXPECT_EQ(LossPlan::select(kTarget, ce(DType::bf16, Shape::of({8192, 128256})))->sku().layout, "cta-rows(tpr=512)");
 }
 
+/// The fused forward over class indices: a thread-block cluster a row where one CTA (512 threads x
+/// 4 16-byte vectors: 16384 16-bit classes) is too short and 16 suffice, on sm_90+.
+TEST(LossConfig, ClusterFollowsClasses) {
+  auto fused = [](DType dt, int64_t classes, Target t = kTarget) {
+    auto d = ce(dt, Shape::of({64, classes}));
+    d.fused_grad = true;
+    return LossPlan::select(t, d)->config().cluster;
+  };
+  EXPECT_EQ(fused(DType::bf16, 128256), 8);
+  EXPECT_EQ(fused(DType::bf16, 16384), 0);  // one CTA: the streaming kernel
+  EXPECT_EQ(fused(DType::bf16, 16392), 2);
+  EXPECT_EQ(fused(DType::bf16, 32000), 2);
+  EXPECT_EQ(fused(DType::f16, 50304), 4);
+  EXPECT_EQ(fused(DType::bf16, 151936), 10);  // a non-portable cluster size
+  EXPECT_EQ(fused(DType::bf16, 262144), 16);
+  EXPECT_EQ(fused(DType::bf16, 262152), 0);  // past 16 CTAs
+  EXPECT_EQ(fused(DType::f32, 100000), 13);
+  EXPECT_EQ(fused(DType::f64, 4098), 2);
+  EXPECT_EQ(fused(DType::bf16, 128256, Target::offline(80)), 0);  // clusters are sm_90+
+  auto plain = ce(DType::bf16, Shape::of({64, 128256}));
+  EXPECT_EQ(LossPlan::select(kTarget, plain)->config().cluster, 0);  // no gradient: one pass anyway
+  auto probs = LossDesc::cross_entropy(DType::bf16, Shape::of({64, 128256}), DType::bf16, false);
+  probs.fused_grad = true;
+  EXPECT_EQ(LossPlan::select(kTarget, probs)->config().cluster, 0);
+  auto bw = ce(DType::bf16, Shape::of({64, 128256}), Reduction::mean, Direction::Backward);
+  EXPECT_EQ(LossPlan::select(kTarget, bw)->config().cluster, 0);
+  auto d = ce(DType::bf16, Shape::of({64, 128256}));
+  d.fused_grad = true;
+  PlanPreference scalar;
+  scalar.vectorized = Tristate::Forbid;
+  EXPECT_EQ(LossPlan::select(kTarget, d, scalar)->config().cluster, 0);
+  auto p = LossPlan::select(kTarget, d);
+  EXPECT_EQ(p->sku().layout, "cluster-rows(ctas=8)");
+  EXPECT_EQ(p->config().tpr, 512);  // the streaming fallback's shape (no sm_90 code in the build)
+  EXPECT_NE(p->sku().precision.note.find("thread-block cluster"), std::string::npos) << p->sku().precision.note;
+}
+
 TEST(LossConfig, Partition) {
   int parts = 0;
   int64_t chunk = 0;
@@ -560,6 +597,34 @@ TEST(LossLayout, Variants) {
   EXPECT_EQ(few->layout_for(a), "subwarp-rows(tpr=1)-scalar");
   auto n = LossPlan::select(kTarget, LossDesc::nll_loss(DType::f32, Shape::of({8, 1000}), DType::s64, false));
   EXPECT_EQ(n->layout_for(ce_args()), "row-gather");
+  // The fused forward of an LLM vocabulary: the cluster kernel for a contiguous, aligned row with
+  // one row dim after coalescing; the streaming kernel otherwise.
+  auto fd = ce(DType::bf16, Shape::of({8192, 128256}));
+  fd.fused_grad = true;
+  auto f = LossPlan::select(kTarget, fd);
+  LossArgs fa;
+  fa.in[0] = ref_of(0, DType::bf16, Layout::contiguous({8192, 128256}));
+  fa.in[1] = ref_of(1, DType::s64, Layout::contiguous({8192}));
+  fa.out = mut_of(2, DType::bf16, Layout::contiguous({}));
+  fa.grad[0] = mut_of(3, DType::bf16, Layout::contiguous({8192, 128256}));
+  ASSERT_TRUE(f->can_implement(fa).ok()) << f->can_implement(fa).message();
+  EXPECT_EQ(f->layout_for(fa), "cluster-rows(ctas=8)-vec16");
+  fa.grad[0] = mut_of(0, DType::bf16, Layout::contiguous({8192, 128256}));  // in place over the logits
+  EXPECT_EQ(f->layout_for(fa), "cluster-rows(ctas=8)-vec16");
+  fa.in[0] = ref_of(0, DType::bf16, Layout::contiguous({8192, 128256}), 2);
+  EXPECT_EQ(f->layout_for(fa), "cta-rows(tpr=512)-scalar");
+  // [2, C, 3] with the class axis innermost, every other batch: two row dims.
+  auto f3d = ce(DType::bf16, Shape::of({2, 128256, 3}));
+  f3d.fused_grad = true;
+  auto f3 = LossPlan::select(kTarget, f3d);
+  fa.in[0] = ref_of(0, DType::bf16, strided({2, 128256, 3}, {6 * 128256, 1, 128256}));
+  fa.in[1] = ref_of(1, DType::s64, Layout::contiguous({2, 3}));
+  fa.grad[0] = mut_of(3, DType::bf16, strided({2, 128256, 3}, {6 * 128256, 1, 128256}));
+  ASSERT_TRUE(f3->can_implement(fa).ok()) << f3->can_implement(fa).message();
+  EXPECT_EQ(f3->layout_for(fa), "cta-rows(tpr=512)-vec16");
+  fa.in[0].layout = strided({2, 128256, 3}, {3 * 128256, 1, 128256});  // dense: one row dim
+  fa.grad[0].layout = strided({2, 128256, 3}, {3 * 128256, 1, 128256});
+  EXPECT_EQ(f3->layout_for(fa), "cluster-rows(ctas=8)-vec16");
   auto e = LossPlan::select(kTarget, ce(DType::f32, Shape::of({0, 1000})));
   LossArgs z;
   z.in[0] = ref_of(0, DType::f32, Layout::contiguous({0, 1000}));

@@ -12,7 +12,9 @@
 // Forward and backward are two directions of one plan (as in the other families). The backward
 // of cross_entropy recomputes the softmax from the logits and the log-sum-exp its forward saved
 // (one read of the logits, one write of the gradient); with `fused_grad` the forward writes the
-// gradient too, in the same kernel (second pass over a row the CTA has just read). Reductions are
+// gradient too, in the same kernel: on sm_90 a row longer than one CTA holds is spread over a
+// thread-block cluster that keeps it on chip (one read of the logits, one write of the gradient),
+// shorter rows are read a second time while in L2. Reductions are
 // deterministic and bit-stable: per-row (or per-element) losses summed in a fixed order in two
 // stages whose partition depends on the problem only; no atomics anywhere.
 //
@@ -178,7 +180,8 @@ class LossPlan {
   int64_t rows() const { return rows_; }
   int64_t classes() const { return classes_; }
   /// The variant run() takes for these tensors, e.g. "cta-rows(tpr=512)-vec16",
-  /// "column-rows-scalar", "pointwise-contiguous-vec16", "pointwise-strided", "empty".
+  /// "cluster-rows(ctas=8)-vec16", "column-rows-scalar", "pointwise-contiguous-vec16",
+  /// "pointwise-strided", "empty".
   std::string layout_for(const LossArgs& args) const;
 
   struct Config {
@@ -186,6 +189,10 @@ class LossPlan {
     int block = 128;    ///< threads per CTA
     int parts = 1;      ///< reduced losses: first-stage partial sums (a function of the problem)
     int64_t chunk = 0;  ///< elements (rows) per first-stage part
+    /// cross_entropy's fused forward over class indices on sm_90+, rows longer than one CTA holds
+    /// (32 KB): CTAs of the thread-block cluster that holds a row (2..16), 0 otherwise. Taken when
+    /// the row is contiguous and 16-byte aligned (layout_for); the streaming kernel otherwise.
+    int cluster = 0;
   };
   const Config& config() const { return cfg_; }
 

@@ -51,6 +51,13 @@ inline constexpr int kLossRowDims = kMaxRank - 1;
 enum ClassSlot : int { kCsInput, kCsProbs, kCsDinput, kCsDprobs, kCsTarget, kCsLoss, kCsDy, kCsNumSlots };
 inline constexpr int kCsClassSlots = 4;  ///< slots [0, 4) have a class stride
 
+/// The cluster kernel's shape (cluster_kernel.cuh): threads a CTA, 16-byte vectors a thread copies
+/// to shared memory (one CTA holds kLossClusterThreads * kLossClusterVecs * 16 bytes = 32 KB of a
+/// row), and the most CTAs a row spans (> 8 is a non-portable cluster size; H100 and H200 take 16).
+inline constexpr int kLossClusterThreads = 512;
+inline constexpr int kLossClusterVecs = 4;
+inline constexpr int kLossClusterMaxCtas = 16;
+
 /// What a class launch does; the kernel's mode is derived from (op, probs, fw, grad).
 struct ClassLaunch {
   LossOp op = LossOp::cross_entropy;
@@ -96,6 +103,10 @@ struct ClassLaunch {
   int tpr = 32;
   int block = 128;
   bool vec = false;
+  /// Fused forward over class indices: CTAs of the thread-block cluster a row spans (2..16, the
+  /// cluster kernel), 0 for the streaming kernel; cluster_seg: classes a CTA owns (whole vectors).
+  int cluster = 0;
+  int64_t cluster_seg = 0;
 };
 
 // ---- pointwise ops ---------------------------------------------------------------------------------

@@ -410,17 +410,28 @@ Result<LossPlan> LossPlan::select(const Target& target, const LossDesc& desc, co
     c.tpr = pow2_at_least((p.classes_ + items - 1) / items, kClassMaxTpr);
     if (desc.op == LossOp::nll_loss && !bw) c.tpr = 1;  // a gather per row: no class pass
     c.block = c.tpr > 32 ? c.tpr : 128;
+    // The fused forward over class indices of a row longer than one CTA holds: a thread-block
+    // cluster a row keeps it on chip (cluster_kernel.cuh), so it is read once; sm_90+ only. Rows
+    // past 16 CTAs take the streaming kernel (tpr = 512 above) and read the row twice.
+    const int64_t cta_classes = int64_t{detail::kLossClusterThreads} * detail::kLossClusterVecs * vec;
+    if (ce && !bw && desc.fused_grad && !probs && target.sm >= 90 && p.allow_vectorized_ && p.classes_ > cta_classes &&
+        p.classes_ <= cta_classes * detail::kLossClusterMaxCtas)
+      c.cluster = static_cast<int>((p.classes_ + cta_classes - 1) / cta_classes);
     detail::loss_sum_partition(p.rows_, &c.parts, &c.chunk);
     p.sku_.dtypes = dname(desc.dtype) + "," + dname(desc.target_dtype) + "->" + dname(desc.dtype);
-    p.sku_.layout = std::string(c.tpr > 32 ? "cta" : (c.tpr == 32 ? "warp" : "subwarp")) +
-                    "-rows(tpr=" + std::to_string(c.tpr) + ")" +
-                    (p.allow_vectorized_ ? "" : " (vectorization forbidden)");
+    p.sku_.layout = c.cluster > 0 ? "cluster-rows(ctas=" + std::to_string(c.cluster) + ")"
+                                  : std::string(c.tpr > 32 ? "cta" : (c.tpr == 32 ? "warp" : "subwarp")) +
+                                        "-rows(tpr=" + std::to_string(c.tpr) + ")" +
+                                        (p.allow_vectorized_ ? "" : " (vectorization forbidden)");
     if (ce)
       p.sku_.precision.note = std::string("online (max, sum exp) per row, exp via ") +
-                              (es == 2 ? "__expf (16-bit storage)" : (es == 8 ? "exp" : "expf")) +
+                              (es == 2 ? (c.cluster > 0 ? "ex2.approx.ftz (16-bit storage)" : "__expf (16-bit storage)")
+                                       : (es == 8 ? "exp" : "expf")) +
                               (bw && !desc.fused_grad ? "; gradient from the saved log-sum-exp" : "") +
                               (desc.fused_grad ? (bw ? "; rescales the fused forward's gradient by dy (none if 1)"
-                                                     : "; gradient fused in the forward")
+                                                     : (c.cluster > 0 ? "; gradient fused in the forward, the row held "
+                                                                        "on chip by a thread-block cluster (one read)"
+                                                                      : "; gradient fused in the forward"))
                                                : "");
     if (reduced)
       p.sku_.precision.note += std::string(p.sku_.precision.note.empty() ? "" : "; ") +
@@ -789,6 +800,19 @@ ClassGeometry class_geometry(const LossDesc& d, const LossArgs& a, int64_t rows,
   return g;
 }
 
+/// Whether run() takes the cluster kernel: the plan chose it (sm_90+, a fused forward over class
+/// indices, a row of 2..16 CTAs) and the tensors allow it: 16-byte vectors along a unit-stride
+/// class axis, one row dim after coalescing (the kernel's row offsets are one multiplication).
+bool takes_cluster(const LossPlan::Config& c, bool allow_vectorized, const ClassGeometry& g) {
+  return c.cluster > 0 && allow_vectorized && g.vec_ok && g.p.row_ndim <= 1;
+}
+
+/// Classes a CTA of the cluster kernel owns: C over the cluster, rounded up to 16-byte vectors.
+int64_t cluster_segment(int64_t classes, int ctas, int vec) {
+  const int64_t per = (classes + ctas - 1) / ctas;
+  return (per + vec - 1) / vec * vec;
+}
+
 /// Whether the pointwise iteration can take 16-byte vectors of `vec` elements: every present
 /// operand's innermost stride is 1 (16-byte aligned pointer, outer strides multiples of `vec`)
 /// or 0 (one value replicated; inputs only), and the innermost size is a multiple of `vec`
@@ -872,6 +896,8 @@ std::string LossPlan::layout_for(const LossArgs& a) const {
     const ClassGeometry g = class_geometry(desc_, a, rows_, classes_);
     if (desc_.op == LossOp::nll_loss && desc_.direction == Direction::Forward) return "row-gather";
     if (g.columns) return "column-rows-scalar";
+    if (takes_cluster(cfg_, allow_vectorized_, g))
+      return "cluster-rows(ctas=" + std::to_string(cfg_.cluster) + ")-vec16";
     return std::string(cfg_.tpr > 32 ? "cta" : (cfg_.tpr == 32 ? "warp" : "subwarp")) +
            "-rows(tpr=" + std::to_string(cfg_.tpr) + ")-" + (allow_vectorized_ && g.vec_ok ? "vec16" : "scalar");
   }
@@ -983,6 +1009,10 @@ Result<void> LossPlan::run(cudaStream_t stream, Workspace ws, const LossArgs& a)
       p.block = 128;
     }
     if (desc_.op == LossOp::nll_loss && !bw) p.vec = false;  // per-row gathers only
+    if (takes_cluster(cfg_, allow_vectorized_, g)) {
+      p.cluster = cfg_.cluster;
+      p.cluster_seg = cluster_segment(classes_, cfg_.cluster, 16 / size_in_bytes(desc_.dtype));
+    }
     return fail(L->cls(p, stream));
   }
 
