@@ -4,7 +4,9 @@
 baracuda runs through baracuda._C.index(op, backward, tensors, params, ...) with pre-allocated
 outputs and workspace (no error flag, so no host read-back); torch runs the equivalent eager op
 (x.t().contiguous(), torch.cat, F.pad, torch.gather, F.embedding, embedding_dense_backward,
-index_add_, scatter_reduce_ amax). Timing: CUDA events, warm-up, median of --iters; buffer sets
+index_add_, scatter_reduce_ amax, torch.scatter_reduce amax, torch.nonzero). nonzero runs
+baracuda.index.nonzero whole (count pass, one host read of the count, write pass), as
+torch.nonzero synchronizes too. Timing: CUDA events, warm-up, median of --iters; buffer sets
 rotate when one call moves less than 2x L2 (bench.py). Bytes count each input read once and
 each output written once (a gathered source counts whole when the index touches most of its
 sectors, as torch.gather's here does). Writes bench/results/index-<gpu>.md/.json.
@@ -25,7 +27,8 @@ import bench  # noqa: E402  (shared harness; imports torch lazily)
 
 # Targets from issue 6: ratio vs torch (">= x torch") or % of copy bandwidth.
 TARGETS = {"transpose": ("bw", 85.0), "embedding_fw": ("x", 1.2), "embedding_bw": ("x", 1.0), "cat": ("bw", 80.0),
-           "pad": ("bw", 80.0), "gather": ("bw", 80.0), "segment_max": ("x", 1.5)}
+           "pad": ("bw", 80.0), "gather": ("bw", 80.0), "segment_max": ("x", 1.5), "scatter_reduce": ("x", 1.0),
+           "nonzero": ("x", 1.0)}
 QUICK = ["transpose_bf16", "embedding_fw", "embedding_bw", "segment_max_f32"]
 
 
@@ -122,6 +125,28 @@ def build_cases(torch, F):
         return make
     cases["segment_max_f32"] = ("segment_max", (1 << 20) * (64 * 4 + 8), seg("segment_max"))
     cases["segment_sum_f32"] = ("segment_sum", (1 << 20) * (64 * 4 + 8), seg("segment_sum"))
+
+    def scatter_reduce_amax():
+        # torch.scatter_reduce(self, 0, index, src, "amax"): 16 sources per destination on average.
+        x = torch.randn(4096, 1024, device=dev)
+        idx = torch.randint(0, 4096, (65536, 1024), device=dev)
+        src = torch.randn(65536, 1024, device=dev)
+        out = torch.empty_like(x)
+        return ("scatter_reduce", {"x": x, "index": idx, "src": src, "out": out}, {"dim": 0, "reduce": "amax"}), \
+            lambda: torch.scatter_reduce(x, 0, idx, src, "amax")
+    # src and its int64 index read once, self read once and the output written once.
+    cases["scatter_reduce_amax_f32"] = ("scatter_reduce", 65536 * 1024 * (4 + 8) + 2 * 4096 * 1024 * 4,
+                                        scatter_reduce_amax)
+
+    def nonzero():
+        # torch.nonzero of a 10%-dense bool mask: both sides synchronize once for the count.
+        x = torch.rand(16384, 4096, device=dev) < 0.1
+        import baracuda.index as BI
+        probe = {"x": x, "out": torch.empty(0, 2, dtype=torch.int64, device=dev)}
+        return ("call", lambda: BI.nonzero(x), ("nonzero", probe, {})), lambda: torch.nonzero(x)
+    # The mask read once and ~6.7M coordinate pairs written (the count pass's second read of the
+    # mask is not counted: the percentage is against the minimum traffic).
+    cases["nonzero_bool"] = ("nonzero", 16384 * 4096 + int(0.1 * 16384 * 4096) * 16, nonzero)
     return cases
 
 
@@ -142,18 +167,25 @@ def main(argv=None):
             continue
         try:
             spec, ref = make()
-            op, tensors, params = spec[0], spec[1], spec[2]
-            backward = len(spec) > 3 and spec[3]
+            call = spec[0] == "call"  # a Python-level function (nonzero: count, sync, write)
+            if call:
+                fn, (op, tensors, params) = spec[1], spec[2]
+            else:
+                op, tensors, params = spec[0], spec[1], spec[2]
+            backward = not call and len(spec) > 3 and spec[3]
             dev = tensors["out"].device
 
             def export():
                 return {k: [dl(t) for t in v] if isinstance(v, list) else dl(v) for k, v in tensors.items()}
 
-            nws = _C.index_workspace_size(op, backward, export(), params, False)
-            ws = torch.empty(max(nws, 1), dtype=torch.uint8, device=dev)
-            stream = current_stream(dev)
-            ours = bench.time_cuda(lambda k: _C.index(op, backward, export(), params, stream, dl(ws), False), 1,
-                                   args.warmup, args.iters, not args.no_pad)
+            if call:
+                ours = bench.time_cuda(lambda k: fn(), 1, args.warmup, args.iters, not args.no_pad)
+            else:
+                nws = _C.index_workspace_size(op, backward, export(), params, False)
+                ws = torch.empty(max(nws, 1), dtype=torch.uint8, device=dev)
+                stream = current_stream(dev)
+                ours = bench.time_cuda(lambda k: _C.index(op, backward, export(), params, stream, dl(ws), False), 1,
+                                       args.warmup, args.iters, not args.no_pad)
             theirs = bench.time_cuda(lambda k: ref(), 1, args.warmup, args.iters, not args.no_pad)
             sku = _C.index_sku(op, backward, export(), params, False)
             us, tus = ours["median_us"], theirs["median_us"]

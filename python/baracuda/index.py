@@ -1,22 +1,31 @@
 """Indexing, shape, embedding and segment ops under their torch names (JAX names for the segment
-ops), with autograd.
+ops and ``lax_*`` for jax.lax's gather / scatter), with autograd.
 
 Rows of ``_C.index_ops()`` (include/baracuda/ops/index_ops.def). Forward kernels: the mapped
 copy (contiguous / permute / transpose copies, cat, stack, pad, flip, roll, tile, triu, tril,
-slice writes), the gather (gather, take_along_dim, index_select, embedding) and the scatter
-(scatter_add, index_add, segment_sum, segment_max). Backward passes reuse them: gather's is a
-scatter_add, index_select's an index_add, segment_sum's a row gather; pad and embedding have
-backward plans of their own.
+slice writes), the gather (gather, take_along_dim, index_select, embedding, advanced indexing,
+one_hot, lax_gather), the scatter (scatter, scatter_add, scatter_reduce, index_put, index_add,
+lax_scatter, segment_sum / max / min / prod / mean) and the select engine (nonzero, masked_select,
+masked_scatter). Backward passes reuse them: gather's is a scatter_add, index_select's an
+index_add, segment_sum's a row gather, index's an accumulating index_put, lax_gather's a
+lax_scatter_add; pad and embedding have backward plans of their own.
 
 Out-of-range indices are never dereferenced. The kernels raise a device flag; this module reads
 it after the call and raises ``IndexError`` (one host synchronization per call, like torch's
 device-side assert surfacing at the next sync). Set ``baracuda.index.check_indices = False`` to
-skip the check (out-of-range gathers then read zeros, scatters drop the element).
+skip the check (out-of-range gathers then read zeros, scatters drop the element). JAX-style ops
+(segment_*, lax_* in clip / fill mode) never fail by definition and never synchronize.
 
-Scatter-style sums run with atomics unless ``deterministic=True`` is passed or
+Scatter-style sums and products run with atomics unless ``deterministic=True`` is passed or
 ``torch.use_deterministic_algorithms(True)`` is on; then a stable sort of the destinations and
-fixed-order sums make the result bit-identical run to run (``index_sku`` says which ran).
-Embedding's backward is always the sorted path.
+fixed-order reductions make the result bit-identical run to run (``index_sku`` says which ran).
+Means (scatter_reduce's, segment_mean) and the 8/16-bit integer reductions always take the
+sorted path; embedding's backward too.
+
+Sizes that depend on the data (nonzero, argwhere, masked_select, and the bool masks of advanced
+indexing) synchronize once, as torch does: the plan's count pass writes the count to a device
+scalar, Python reads it and allocates the exact output, and the write pass reuses the counts
+left in the workspace. ``nonzero_static`` takes a size bound instead and never synchronizes.
 """
 from . import _C
 from ._autograd import current_stream, dl, require_torch, torch
@@ -24,9 +33,12 @@ from ._autograd import current_stream, dl, require_torch, torch
 __all__ = ["contiguous", "permute_copy", "transpose_copy", "cat", "concat", "concatenate", "stack", "split", "chunk",
            "pad", "flip", "roll", "rot90", "tile", "repeat_interleave", "triu", "tril", "slice_scatter", "slice_write_",
            "diagonal", "diag_embed", "diag", "gather", "take_along_dim", "take", "put", "index_select", "scatter",
-           "scatter_add", "index_copy", "index_fill", "index_add", "one_hot", "dynamic_slice", "dynamic_update_slice",
+           "scatter_add", "scatter_reduce", "index_copy", "index_fill", "index_add", "index", "index_put", "one_hot",
+           "nonzero", "nonzero_static", "argwhere", "masked_select", "masked_scatter",
+           "dynamic_slice", "dynamic_update_slice", "lax_gather", "lax_scatter", "lax_scatter_add",
+           "lax_scatter_mul", "lax_scatter_min", "lax_scatter_max",
            "embedding", "embedding_bag",
-           "segment_sum", "segment_max", "segment_min"]
+           "segment_sum", "segment_max", "segment_min", "segment_prod", "segment_mean"]
 
 # An extension built before this family existed has no index bindings: the other families must
 # still import (functional.py imports every family), and the calls here then fail clearly.
@@ -52,26 +64,41 @@ def _export(tensors):
     return out
 
 
-def _run(op, tensors, params=None, backward=False, deterministic=False):
-    """Runs one plan on torch's current stream; checks the out-of-range flag for indexed ops."""
+_LINEARIZED = ("index", "index_put", "lax_gather", "lax_scatter")  # their plans linearize indices into workspace
+
+
+def _workspace(op, tensors, params, backward, deterministic, device):
+    """The plan's workspace for these tensors (None when it needs none). Only plans that can
+    need one are asked (asking costs a plan selection)."""
+    engine = INDEX_OPS[op]["engine"]
+    if not (engine in ("scatter", "select") or op in _LINEARIZED or (op == "embedding" and backward)):
+        return None
+    n = _C.index_workspace_size(op, backward, _export(tensors), params, deterministic)
+    return torch.empty(n, dtype=torch.uint8, device=device) if n else None
+
+
+def _raise_if(flag, op):
+    if flag is not None and int(flag.item()) != 0:
+        raise IndexError(f"baracuda.functional.{op}: index out of range (the output may be partially written; "
+                         "inputs are untouched)")
+
+
+def _run(op, tensors, params=None, backward=False, deterministic=False, check=True):
+    """Runs one plan on torch's current stream; checks the out-of-range flag of ops that report
+    (the table's `flag` column) unless `check` is False (JAX's modes never fail)."""
     if not INDEX_OPS:
         raise RuntimeError("baracuda._C has no index bindings: rebuild the extension (python/src/index_bindings.cpp)")
     params = params or {}
     out = tensors["out"]
     device = out.device
     flag = None
-    if INDEX_OPS[op]["index"] and check_indices:
+    if INDEX_OPS[op]["flag"] and check and check_indices:
         flag = torch.zeros(1, dtype=torch.int32, device=device)
         tensors = dict(tensors, error=flag)
-    ws = None
-    if INDEX_OPS[op]["engine"] == "scatter" or (op == "embedding" and backward):
-        n = _C.index_workspace_size(op, backward, _export(tensors), params, deterministic)
-        if n:
-            ws = dl(torch.empty(n, dtype=torch.uint8, device=device))
-    _C.index(op, backward, _export(tensors), params, current_stream(device), ws, deterministic)
-    if flag is not None and int(flag.item()) != 0:
-        raise IndexError(f"baracuda.functional.{op}: index out of range (the output may be partially written; "
-                         "inputs are untouched)")
+    ws = _workspace(op, tensors, params, backward, deterministic, device)
+    _C.index(op, backward, _export(tensors), params, current_stream(device), dl(ws) if ws is not None else None,
+             deterministic)
+    _raise_if(flag, op)
     return out
 
 
@@ -850,90 +877,6 @@ def take_along_dim(input, indices, dim=None, *, out=None):
     return gather(input.expand(xs), dim, indices.expand(js), out=out)
 
 
-def _wrap_flat(name, index, n):
-    """take/put: negative flat indices count from the end (torch); the rest is checked on the
-    device."""
-    return torch.where(index < 0, index + n, index)
-
-
-def take(input, index):
-    """torch.take: input viewed as 1-D (negative indices wrap); differentiable through gather."""
-    require_torch()
-    _check_cuda("take", input, index)
-    _check_index("take", index)
-    flat = _wrap_flat("take", index.reshape(-1), input.numel())
-    return gather(input.reshape(-1), 0, flat).view(index.shape)
-
-
-def put(input, index, source, accumulate=False, *, deterministic=None):
-    """torch.put (out of place; no autograd): input viewed as 1-D, negative indices wrap."""
-    require_torch()
-    _check_cuda("put", input, index, source)
-    _check_index("put", index)
-    flat = _wrap_flat("put", index.reshape(-1), input.numel())
-    x = input.detach().reshape(-1)
-    src = source.detach().reshape(-1).to(input.dtype)
-    det = _deterministic(deterministic)
-    out = _index_add(x, 0, flat, src, det) if accumulate else _assign("index_copy", x, 0, flat, src, det)
-    return out.view(input.shape)
-
-
-def one_hot(tensor, num_classes=-1):
-    """torch.nn.functional.one_hot: int64 [*, num_classes]; classes outside [0, num_classes)
-    raise IndexError (device flag)."""
-    require_torch()
-    _check_cuda("one_hot", tensor)
-    if tensor.dtype != torch.int64:
-        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
-    if num_classes == -1:
-        num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
-    out = torch.zeros(tuple(tensor.shape) + (num_classes,), dtype=torch.int64, device=tensor.device)
-    if out.numel():
-        index = tensor.unsqueeze(-1)
-        one = _scalar(1, torch.int64, tensor.device).expand(index.shape)
-        _run("scatter", {"x": out, "index": index, "src": one, "out": out}, {"dim": out.dim() - 1})
-    return out
-
-
-def _starts(operand, start_indices, sizes):
-    """JAX's clamping: each start lands in [0, dim - size]."""
-    if isinstance(start_indices, torch.Tensor):
-        start_indices = start_indices.tolist()  # a host read, as with concrete JAX values
-    starts = [int(s) for s in start_indices]
-    if len(starts) != operand.dim():
-        raise TypeError(f"dynamic slice: start_indices expected {operand.dim()} values, got {len(starts)}")
-    return [min(max(s, 0), operand.shape[d] - sizes[d]) for d, s in enumerate(starts)]
-
-
-def dynamic_slice(operand, start_indices, slice_sizes):
-    """jax.lax.dynamic_slice: one strided copy of the clamped window."""
-    require_torch()
-    sizes = [int(n) for n in slice_sizes]
-    if len(sizes) != operand.dim() or any(n < 0 or n > operand.shape[d] for d, n in enumerate(sizes)):
-        raise TypeError(f"dynamic_slice: slice_sizes {sizes} must fit operand shape {list(operand.shape)}")
-    view = operand
-    for d, s in enumerate(_starts(operand, start_indices, sizes)):
-        view = view.narrow(d, s, sizes[d])
-    return contiguous(view)
-
-
-def dynamic_update_slice(operand, update, start_indices):
-    """jax.lax.dynamic_update_slice: a copy of operand with the clamped window replaced (two
-    copies; no autograd)."""
-    require_torch()
-    _check_cuda("dynamic_update_slice", operand, update)
-    if update.dim() != operand.dim() or any(update.shape[d] > operand.shape[d] for d in range(operand.dim())):
-        raise TypeError(f"dynamic_update_slice: update shape {list(update.shape)} must fit operand shape "
-                        f"{list(operand.shape)}")
-    out = _contiguous(operand.detach())
-    view = out
-    for d, s in enumerate(_starts(operand, start_indices, list(update.shape))):
-        view = view.narrow(d, s, update.shape[d])
-    if view.numel():
-        _copy_into(view, update.detach().to(out.dtype))
-    return out
-
-
 def index_select(input, dim, index, *, out=None, deterministic=None):
     require_torch()
     _check_cuda("index_select", input, index)
@@ -974,12 +917,13 @@ def scatter(input, dim, index, src=None, value=None, *, reduce=None, determinist
     _check_index("scatter", index)
     if src is not None and not isinstance(src, torch.Tensor):
         src, value = None, src
-    if reduce is not None:
+    if reduce is not None:  # torch's legacy reduce argument: add / multiply, self included
+        if reduce not in ("add", "multiply"):
+            raise RuntimeError(f"reduce argument must be either add or multiply, got {reduce}")
+        source = src if src is not None else _scalar(value, input.dtype, input.device).expand(index.shape)
         if reduce == "add":
-            return scatter_add(input, dim, index, src if src is not None else
-                               _scalar(value, input.dtype, input.device).expand(index.shape),
-                               deterministic=deterministic)
-        raise NotImplementedError(f"scatter: reduce='{reduce}' is not supported")
+            return scatter_add(input, dim, index, source, deterministic=deterministic)
+        return scatter_reduce(input, dim, index, source, "prod", deterministic=deterministic)
     dim = _wrap_dim(dim, input.dim())
     if src is None:
         if value is None:
@@ -1156,3 +1100,748 @@ def segment_min(data, segment_ids, num_segments=None, indices_are_sorted=False, 
     if _grad_mode(data):
         return _SegmentExtremumFunction.apply(data, segment_ids, n, det, "segment_min")
     return _segment("segment_min", data, segment_ids, n, det)
+
+
+def segment_prod(data, segment_ids, num_segments=None, indices_are_sorted=False, unique_indices=False,
+                 *, deterministic=None):
+    """jax.ops.segment_prod: empty segments are 1; ids outside [0, num_segments) are dropped.
+    Differentiable with torch's scatter_reduce prod rule (zeros handled exactly; JAX itself has no
+    gradient here unless the ids are unique)."""
+    require_torch()
+    n = _segment_args("segment_prod", data, segment_ids, num_segments)
+    det = _deterministic(deterministic)
+    if _grad_mode(data):
+        return _SegmentProdFunction.apply(data, segment_ids, n, det)
+    return _segment("segment_prod", data, segment_ids, n, det)
+
+
+def segment_mean(data, segment_ids, num_segments=None, indices_are_sorted=False, unique_indices=False,
+                 *, deterministic=None):
+    """The mean of each segment (segment_sum / max(count, 1): empty segments are 0, as the JAX
+    idiom). Always the sorted path: the run of equal ids is the count; deterministic. Integer
+    means round toward -inf (torch's scatter_reduce)."""
+    require_torch()
+    n = _segment_args("segment_mean", data, segment_ids, num_segments)
+    if _grad_mode(data):
+        return _SegmentMeanFunction.apply(data, segment_ids, n)
+    return _segment("segment_mean", data, segment_ids, n, True)
+
+
+# ---- scatter_reduce ---------------------------------------------------------------------------------
+_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _scatter_reduce(x, dim, index, src, reduce, include_self, deterministic):
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.numel():
+        _run("scatter_reduce", {"x": x, "index": index, "src": src, "out": out},
+             {"dim": dim, "reduce": reduce, "include_self": bool(include_self)}, deterministic=deterministic)
+    return out
+
+
+def _zero_at(g, dim, index, deterministic):
+    """g with every position the index names set to zero (a scatter of a broadcast zero)."""
+    zero = torch.zeros((), dtype=g.dtype, device=g.device).expand(index.shape)
+    return _assign("scatter", g, dim, index, zero, deterministic)
+
+
+def _pad_to(part, shape):
+    """A gradient of index's shape placed in a zero tensor of the source's (larger) shape."""
+    if tuple(part.shape) == tuple(shape):
+        return part
+    full = torch.zeros(shape, dtype=part.dtype, device=part.device)
+    full[tuple(slice(0, s) for s in part.shape)] = part
+    return full
+
+
+def scatter_reduce(input, dim, index, src, reduce, *, include_self=True, deterministic=None):
+    """torch.scatter_reduce (sum, prod, mean, amax, amin; include_self). Sums and products are
+    atomic unless deterministic (then sorted, bit-stable); mean always takes the sorted path;
+    amax / amin are atomic and order-independent (NaN wins). The backward follows torch's rules:
+    amax / amin ties share the gradient evenly, prod handles zeros exactly."""
+    require_torch()
+    _check_cuda("scatter_reduce", input, index, src)
+    _check_index("scatter_reduce", index)
+    if reduce not in _REDUCES:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    dim = _wrap_dim(dim, input.dim())
+    src = src.to(input.dtype)
+    det = _deterministic(deterministic)
+    if _grad_mode(input, src):
+        return _ScatterReduceFunction.apply(input, dim, index, src, reduce, bool(include_self), det)
+    return _scatter_reduce(input.detach(), dim, index, src.detach(), reduce, include_self, det)
+
+
+# ---- advanced indexing (index, index_put, take, put) ---------------------------------------------------
+class _Adv:
+    """torch's advanced indexing lowered to the plans' leading-dims form: x.permute(perm) puts
+    the indexed dims first; `tensors` (one per indexed dim) are broadcast to one shape B; the
+    result has `shape` (B in place of adjacent indexed dims, else in front), and
+    result.permute(kperm) is its [*B, *other dims] view the kernels write."""
+
+    def __init__(self, perm, tensors, shape, kperm):
+        self.perm, self.tensors, self.shape, self.kperm = perm, tensors, shape, kperm
+
+
+def _prepare_indices(name, x, indices):
+    if indices is None or isinstance(indices, torch.Tensor):
+        indices = (indices,)
+    idx = []
+    for i in indices:
+        if i is None:
+            idx.append(None)
+            continue
+        if not isinstance(i, torch.Tensor):
+            i = torch.as_tensor(i, device=x.device)
+        if i.dtype in (torch.bool, torch.uint8):
+            if i.dim() == 0:
+                raise NotImplementedError(f"{name}: a 0-d boolean index is not supported")
+            at = len(idx)
+            for d in range(i.dim()):
+                if at + d >= x.dim() or i.shape[d] != x.shape[at + d]:
+                    raise IndexError(f"The shape of the mask {list(i.shape)} at index {d} does not match the shape "
+                                     f"of the indexed tensor {list(x.shape)} at index {at + d}")
+            idx.extend(nonzero(i.to(torch.bool)).unbind(1))  # one synchronization, as torch
+        elif i.dtype in (torch.int32, torch.int64):
+            idx.append(i)
+        else:
+            raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+    if len(idx) > x.dim():
+        raise IndexError(f"too many indices for tensor of dimension {x.dim()} (got {len(idx)})")
+    idx += [None] * (x.dim() - len(idx))
+    dims = [d for d, i in enumerate(idx) if i is not None]
+    if not dims:
+        return None
+    ts = [idx[d] for d in dims]
+    _check_cuda(name, *ts)
+    it = torch.int32 if all(t.dtype == torch.int32 for t in ts) else torch.int64
+    ts = [t.to(it) for t in ts]
+    b = tuple(torch.broadcast_shapes(*[t.shape for t in ts]))
+    ts = [t.expand(b) for t in ts]
+    rest = [d for d in range(x.dim()) if idx[d] is None]
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    pre = dims[0] if adjacent else 0  # other dims before the index dims in the result
+    shape = tuple(x.shape[d] for d in rest[:pre]) + b + tuple(x.shape[d] for d in rest[pre:])
+    nb = len(b)
+    kperm = list(range(pre, pre + nb)) + list(range(pre)) + list(range(pre + nb, len(shape)))
+    return _Adv(dims + rest, ts, shape, kperm)
+
+
+def _index_fw(x, adv):
+    out = torch.empty(adv.shape, dtype=x.dtype, device=x.device)
+    if out.numel():
+        _run("index", {"x": x.permute(adv.perm), "indices": adv.tensors, "out": out.permute(adv.kperm)})
+    return out
+
+
+def _values_view(values, adv, dtype):
+    """values broadcast to the indexed result's shape, in the kernels' [*B, *other] order."""
+    v = values.to(dtype)
+    while v.dim() > len(adv.shape) and v.shape[0] == 1:
+        v = v.squeeze(0)
+    try:
+        v = v.expand(adv.shape)
+    except RuntimeError:
+        raise RuntimeError(f"shape mismatch: value tensor of shape {list(values.shape)} cannot be broadcast to "
+                           f"indexing result of shape {list(adv.shape)}") from None
+    return v.permute(adv.kperm)
+
+
+def _index_put_fw(x, adv, values, accumulate, deterministic):
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.numel():
+        _run("index_put", {"x": x.permute(adv.perm), "indices": adv.tensors, "src": _values_view(values, adv, x.dtype),
+                           "out": out.permute(adv.perm)}, {"accumulate": bool(accumulate)},
+             deterministic=deterministic)
+    return out
+
+
+def index(input, indices):
+    """torch advanced indexing read, input[indices] (aten::index): a tuple of index tensors
+    (int32 / int64; negative values count from the end), None for a full dim, bool masks (their
+    nonzero(), one synchronization). Adjacent indexed dims keep their place in the result, others
+    move to the front, as torch. Differentiable (the backward is an accumulating index_put)."""
+    require_torch()
+    _check_cuda("index", input)
+    adv = _prepare_indices("index", input, indices)
+    if adv is None:
+        return contiguous(input)
+    if _grad_mode(input):
+        return _IndexFunction.apply(input, adv, _deterministic(None))
+    return _index_fw(input.detach(), adv)
+
+
+def index_put(input, indices, values, accumulate=False, *, deterministic=None):
+    """torch.index_put (out of place): input[indices] = values (broadcast), or += with
+    accumulate. Duplicates without accumulate: an unspecified one lands, or the last in index
+    order when deterministic. Differentiable in input and values."""
+    require_torch()
+    _check_cuda("index_put", input, values)
+    adv = _prepare_indices("index_put", input, indices)
+    det = _deterministic(deterministic)
+    if adv is None:
+        return contiguous(input + values if accumulate else values.to(input.dtype).expand(input.shape))
+    if _grad_mode(input, values):
+        return _IndexPutFunction.apply(input, values, adv, bool(accumulate), det)
+    return _index_put_fw(input.detach(), adv, values.detach(), accumulate, det)
+
+
+def take(input, index):
+    """torch.take: input viewed as 1-D, negative indices wrap (in the kernel); differentiable."""
+    require_torch()
+    _check_cuda("take", input, index)
+    _check_index("take", index)
+    return globals()["index"](input.reshape(-1), (index.reshape(-1),)).view(index.shape)
+
+
+def put(input, index, source, accumulate=False, *, deterministic=None):
+    """torch.put (out of place): input viewed as 1-D, negative indices wrap; accumulate sums
+    duplicates. Differentiable through index_put."""
+    require_torch()
+    _check_cuda("put", input, index, source)
+    _check_index("put", index)
+    if source.numel() != index.numel():
+        raise RuntimeError(f"put_(): Expected source and index to have the same number of elements, but got "
+                           f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
+    r = index_put(input.reshape(-1), (index.reshape(-1),), source.reshape(-1), accumulate,
+                  deterministic=deterministic)
+    return r.view(input.shape)
+
+
+def one_hot(tensor, num_classes=-1):
+    """torch.nn.functional.one_hot: int64 [*, num_classes], one kernel writing every element once;
+    classes outside [0, num_classes) raise IndexError (device flag). num_classes=-1 reads
+    max + 1 on the host first (a synchronization, as torch)."""
+    require_torch()
+    _check_cuda("one_hot", tensor)
+    if tensor.dtype != torch.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if num_classes == -1:
+        num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
+    out = torch.empty(tuple(tensor.shape) + (int(num_classes),), dtype=torch.int64, device=tensor.device)
+    if out.numel():
+        _run("one_hot", {"index": tensor, "out": out})
+    return out
+
+
+# ---- nonzero / masked_select / masked_scatter -----------------------------------------------------------
+def _select_exact(op, tensors, out_shape, out_dtype):
+    """The count-then-write protocol: the plan's count phase writes the count on the device, one
+    host read sizes the output exactly (torch.nonzero synchronizes the same way), and the write
+    phase reuses the tile counts left in the same workspace."""
+    device = tensors["x"].device
+    count = torch.empty(1, dtype=torch.int64, device=device)
+    counting = dict(tensors, count=count)
+    params = {"phase": "count", "max_count": 0}
+    ws = _workspace(op, counting, params, False, False, device)
+    stream = current_stream(device)
+    wsd = dl(ws) if ws is not None else None
+    _C.index(op, False, _export(counting), params, stream, wsd, False)
+    k = int(count.item())
+    out = torch.empty(out_shape(k), dtype=out_dtype, device=device)
+    if k:
+        _C.index(op, False, _export(dict(tensors, out=out)), {"phase": "write"}, stream,
+                 dl(ws) if ws is not None else None, False)
+    return out
+
+
+def nonzero(input, *, as_tuple=False):
+    """torch.nonzero: int64 [count, input.dim()] coordinates in row-major order (floats: -0 is
+    zero, NaN is not). One host synchronization for the count, as torch."""
+    require_torch()
+    _check_cuda("nonzero", input)
+    x = input.detach()
+    out = _select_exact("nonzero", {"x": x}, lambda k: (k, x.dim()), torch.int64)
+    return tuple(out.unbind(1)) if as_tuple else out
+
+
+def argwhere(input):
+    """torch.argwhere / jnp.argwhere: nonzero's coordinates."""
+    return nonzero(input)
+
+
+def nonzero_static(input, *, size, fill_value=-1):
+    """torch.nonzero_static: [size, input.dim()], rows past the count filled with fill_value;
+    no host synchronization (jnp.nonzero(size=...) likewise)."""
+    require_torch()
+    _check_cuda("nonzero_static", input)
+    out = torch.empty((int(size), input.dim()), dtype=torch.int64, device=input.device)
+    if out.numel() or input.numel():
+        _run("nonzero", {"x": input.detach(), "out": out}, {"fill_index": int(fill_value)})
+    return out
+
+
+def _masked_select(x, m):
+    return _select_exact("masked_select", {"x": x, "mask": m}, lambda k: (k,), x.dtype)
+
+
+def _masked_scatter(x, m, source):
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.numel():
+        try:
+            _run("masked_scatter", {"x": x, "mask": m, "src": source, "out": out})
+        except IndexError:
+            raise IndexError("masked_scatter: Number of elements of source < number of ones in mask") from None
+    return out
+
+
+def masked_select(input, mask):
+    """torch.masked_select (input and mask broadcast): the selected elements, row-major, 1-D.
+    One host synchronization for the count, as torch. Differentiable."""
+    require_torch()
+    _check_cuda("masked_select", input, mask)
+    if mask.dtype != torch.bool:
+        raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {mask.dtype}")
+    x, m = torch.broadcast_tensors(input, mask)
+    if _grad_mode(input):
+        return _MaskedSelectFunction.apply(input, m, tuple(x.shape))
+    return _masked_select(x.detach(), m)
+
+
+def masked_scatter(input, mask, source):
+    """torch.masked_scatter (out of place): input's masked elements, in row-major order, take
+    source's first elements (any shape, read row-major; too few raise IndexError).
+    Differentiable in input and source."""
+    require_torch()
+    _check_cuda("masked_scatter", input, mask, source)
+    if mask.dtype != torch.bool:
+        raise RuntimeError(f"masked_scatter_: expected BoolTensor for mask, got {mask.dtype}")
+    if source.dtype != input.dtype:
+        raise RuntimeError(f"masked_scatter: expected self and source to have same dtypes but got {input.dtype} "
+                           f"and {source.dtype}")
+    x, m = torch.broadcast_tensors(input, mask)
+    if _grad_mode(input, source):
+        return _MaskedScatterFunction.apply(x, m, source)
+    return _masked_scatter(x.detach(), m, source.detach())
+
+
+# ---- jax.lax gather / scatter, dynamic_slice ----------------------------------------------------------------
+def _dn(dimension_numbers, names):
+    """Dimension-number fields from a jax namedtuple (or anything with those attributes) or a dict."""
+    if isinstance(dimension_numbers, dict):
+        return [tuple(int(v) for v in dimension_numbers.get(n, ())) for n in names]
+    return [tuple(int(v) for v in getattr(dimension_numbers, n, ())) for n in names]
+
+
+def _lax_mode(mode):
+    name = getattr(mode, "name", mode)  # a jax.lax.GatherScatterMode or a string
+    name = None if name is None else str(name).lower()
+    if name in (None, "fill", "drop", "fill_or_drop"):
+        return "fill"
+    if name in ("clip", "promise_in_bounds"):  # promise_in_bounds: any in-bounds behaviour is right
+        return "clip"
+    raise ValueError(f"lax: mode expected 'clip', 'fill' / 'drop' or 'promise_in_bounds', got {mode!r}")
+
+
+def _lax_fill(dtype, fill_value):
+    """JAX's default gather fill: NaN for inexact types, the lowest signed / highest unsigned
+    integer, True for booleans."""
+    if fill_value is not None:
+        return float(fill_value)
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    if dtype == torch.bool:
+        return 1.0
+    info = torch.iinfo(dtype)
+    return float(info.max if info.min == 0 else info.min)
+
+
+def _gather_shape(operand, indices, offset_dims, collapsed, slice_sizes):
+    batch = list(indices.shape[:-1]) if indices.dim() else []
+    rank = len(batch) + len(offset_dims)
+    sizes = [slice_sizes[d] for d in range(operand.dim()) if d not in collapsed]
+    shape, b, s = [], 0, 0
+    for i in range(rank):
+        if i in offset_dims and s < len(sizes):
+            shape.append(sizes[s])
+            s += 1
+        elif b < len(batch):
+            shape.append(batch[b])
+            b += 1
+        else:
+            raise TypeError(f"lax_gather: offset_dims {list(offset_dims)} do not fit operand {list(operand.shape)} "
+                            f"and indices {list(indices.shape)}")
+    return shape
+
+
+def _lax_gather(operand, indices, gdims, slice_sizes, mode, fill):
+    offset_dims, collapsed, start_index_map = gdims
+    out = torch.empty(_gather_shape(operand, indices, offset_dims, collapsed, slice_sizes), dtype=operand.dtype,
+                      device=operand.device)
+    if out.numel():
+        _run("lax_gather", {"x": operand, "index": indices, "out": out},
+             {"offset_dims": list(offset_dims), "collapsed_slice_dims": list(collapsed),
+              "start_index_map": list(start_index_map), "slice_sizes": [int(v) for v in slice_sizes],
+              "mode": mode, "value": fill}, check=False)
+    return out
+
+
+def _lax_scatter(operand, indices, updates, sdims, reduce, mode, deterministic):
+    window, inserted, s2o = sdims
+    out = torch.empty(operand.shape, dtype=operand.dtype, device=operand.device)
+    if out.numel():
+        _run("lax_scatter", {"x": operand, "index": indices, "src": updates.to(operand.dtype), "out": out},
+             {"update_window_dims": list(window), "inserted_window_dims": list(inserted),
+              "scatter_dims_to_operand_dims": list(s2o), "reduce": reduce, "mode": mode},
+             deterministic=deterministic, check=False)
+    return out
+
+
+def _lax_index(name, t):
+    _check_cuda(name, t)
+    if t.dtype not in (torch.int32, torch.int64):
+        t = t.to(torch.int64 if t.element_size() > 4 or t.dtype == torch.uint32 else torch.int32)
+    return t
+
+
+def lax_gather(operand, start_indices, dimension_numbers, slice_sizes, *, unique_indices=False,
+               indices_are_sorted=False, mode=None, fill_value=None):
+    """jax.lax.gather on torch tensors: dimension_numbers a jax.lax.GatherDimensionNumbers (or a
+    dict of offset_dims, collapsed_slice_dims, start_index_map), index vectors along the last dim
+    of start_indices, mode clip or fill (JAX's default; fill_value defaults as JAX's).
+    Differentiable in the operand (the transpose is lax_scatter_add, as JAX's)."""
+    require_torch()
+    _check_cuda("lax_gather", operand)
+    offs, coll, sim, ob, ib = _dn(dimension_numbers, ("offset_dims", "collapsed_slice_dims", "start_index_map",
+                                                      "operand_batching_dims", "start_indices_batching_dims"))
+    if ob or ib:
+        raise NotImplementedError("lax_gather: operand_batching_dims are not supported")
+    idx = _lax_index("lax_gather", start_indices)
+    m = _lax_mode(mode)
+    fill = _lax_fill(operand.dtype, fill_value)
+    sizes = [int(v) for v in slice_sizes]
+    if _grad_mode(operand):
+        return _LaxGatherFunction.apply(operand, idx, (offs, coll, sim), sizes, m, fill)
+    return _lax_gather(operand.detach(), idx, (offs, coll, sim), sizes, m, fill)
+
+
+def _lax_scatter_public(name, reduce, operand, scatter_indices, updates, dimension_numbers, mode, deterministic):
+    require_torch()
+    _check_cuda(name, operand, updates)
+    win, ins, s2o, ob, ib = _dn(dimension_numbers, ("update_window_dims", "inserted_window_dims",
+                                                    "scatter_dims_to_operand_dims", "operand_batching_dims",
+                                                    "scatter_indices_batching_dims"))
+    if ob or ib:
+        raise NotImplementedError(f"{name}: operand_batching_dims are not supported")
+    idx = _lax_index(name, scatter_indices)
+    m = _lax_mode(mode)
+    det = _deterministic(deterministic)
+    if _grad_mode(operand, updates):
+        if reduce not in ("none", "sum"):
+            raise NotImplementedError(f"{name}: no gradient (JAX's needs unique indices); detach the inputs")
+        return _LaxScatterFunction.apply(operand, idx, updates, (win, ins, s2o), reduce, m, det)
+    return _lax_scatter(operand.detach(), idx, updates.detach(), (win, ins, s2o), reduce, m, det)
+
+
+def lax_scatter(operand, scatter_indices, updates, dimension_numbers, *, indices_are_sorted=False,
+                unique_indices=False, mode=None, deterministic=None):
+    """jax.lax.scatter (replacement) on torch tensors; dimension_numbers a
+    jax.lax.ScatterDimensionNumbers or a dict (update_window_dims, inserted_window_dims,
+    scatter_dims_to_operand_dims). Duplicates: an unspecified update lands, or the last one in
+    index order when deterministic. mode fill drops windows not wholly inside; clip clamps."""
+    return _lax_scatter_public("lax_scatter", "none", operand, scatter_indices, updates, dimension_numbers, mode,
+                               deterministic)
+
+
+def lax_scatter_add(operand, scatter_indices, updates, dimension_numbers, *, indices_are_sorted=False,
+                    unique_indices=False, mode=None, deterministic=None):
+    """jax.lax.scatter_add (atomic, or sorted and bit-stable when deterministic)."""
+    return _lax_scatter_public("lax_scatter_add", "sum", operand, scatter_indices, updates, dimension_numbers, mode,
+                               deterministic)
+
+
+def lax_scatter_mul(operand, scatter_indices, updates, dimension_numbers, *, indices_are_sorted=False,
+                    unique_indices=False, mode=None, deterministic=None):
+    """jax.lax.scatter_mul (no autograd)."""
+    return _lax_scatter_public("lax_scatter_mul", "prod", operand, scatter_indices, updates, dimension_numbers, mode,
+                               deterministic)
+
+
+def lax_scatter_min(operand, scatter_indices, updates, dimension_numbers, *, indices_are_sorted=False,
+                    unique_indices=False, mode=None, deterministic=None):
+    """jax.lax.scatter_min (order-independent; NaN wins; no autograd)."""
+    return _lax_scatter_public("lax_scatter_min", "amin", operand, scatter_indices, updates, dimension_numbers, mode,
+                               deterministic)
+
+
+def lax_scatter_max(operand, scatter_indices, updates, dimension_numbers, *, indices_are_sorted=False,
+                    unique_indices=False, mode=None, deterministic=None):
+    """jax.lax.scatter_max (order-independent; NaN wins; no autograd)."""
+    return _lax_scatter_public("lax_scatter_max", "amax", operand, scatter_indices, updates, dimension_numbers, mode,
+                               deterministic)
+
+
+def _device_starts(operand, start_indices):
+    """start_indices as one int tensor on the operand's device when any of them lives on a
+    device (jax.lax's traced starts), else None (plain integers: the host path)."""
+    if isinstance(start_indices, torch.Tensor):
+        t = start_indices
+    elif any(isinstance(s, torch.Tensor) for s in start_indices):
+        t = torch.stack([torch.as_tensor(s, device=operand.device).reshape(()) for s in start_indices])
+    else:
+        return None
+    if t.dim() != 1 or t.shape[0] != operand.dim():
+        raise TypeError(f"dynamic slice: start_indices expected {operand.dim()} values, got shape {list(t.shape)}")
+    t = _lax_index("dynamic_slice", t.to(operand.device))
+    # JAX adds the dim size to a negative start once (lax._dynamic_slice_indices); the kernel clamps.
+    dims = torch.tensor(list(operand.shape), dtype=t.dtype).to(operand.device)
+    return torch.where(t < 0, t + dims, t)
+
+
+def _starts(operand, start_indices, sizes):
+    """JAX's handling of host starts: a negative one counts from the end once, then each is
+    clamped to [0, dim - size]."""
+    starts = [int(s) for s in start_indices]
+    if len(starts) != operand.dim():
+        raise TypeError(f"dynamic slice: start_indices expected {operand.dim()} values, got {len(starts)}")
+    starts = [s + operand.shape[d] if s < 0 else s for d, s in enumerate(starts)]
+    return [min(max(s, 0), operand.shape[d] - sizes[d]) for d, s in enumerate(starts)]
+
+
+def dynamic_slice(operand, start_indices, slice_sizes):
+    """jax.lax.dynamic_slice. Starts on the device (a tensor, or a list holding tensors) are read
+    by the kernel and clamped there (a lax_gather in clip mode: no host synchronization); host
+    integers make one strided copy of the clamped window."""
+    require_torch()
+    _check_cuda("dynamic_slice", operand)
+    sizes = [int(n) for n in slice_sizes]
+    if len(sizes) != operand.dim() or any(n < 0 or n > operand.shape[d] for d, n in enumerate(sizes)):
+        raise TypeError(f"dynamic_slice: slice_sizes {sizes} must fit operand shape {list(operand.shape)}")
+    starts = _device_starts(operand, start_indices)
+    if starts is not None:
+        r = tuple(range(operand.dim()))
+        return lax_gather(operand, starts, {"offset_dims": r, "collapsed_slice_dims": (), "start_index_map": r},
+                          sizes, mode="clip")
+    view = operand
+    for d, s in enumerate(_starts(operand, start_indices, sizes)):
+        view = view.narrow(d, s, sizes[d])
+    return contiguous(view)
+
+
+def dynamic_update_slice(operand, update, start_indices):
+    """jax.lax.dynamic_update_slice: a copy of operand with the clamped window replaced. Device
+    starts: a lax_scatter in clip mode (differentiable, no synchronization); host integers: two
+    copies (no autograd)."""
+    require_torch()
+    _check_cuda("dynamic_update_slice", operand, update)
+    if update.dim() != operand.dim() or any(update.shape[d] > operand.shape[d] for d in range(operand.dim())):
+        raise TypeError(f"dynamic_update_slice: update shape {list(update.shape)} must fit operand shape "
+                        f"{list(operand.shape)}")
+    starts = _device_starts(operand, start_indices)
+    if starts is not None:
+        r = tuple(range(operand.dim()))
+        return lax_scatter(operand, starts, update.to(operand.dtype),
+                           {"update_window_dims": r, "inserted_window_dims": (), "scatter_dims_to_operand_dims": r},
+                           mode="clip")
+    out = _contiguous(operand.detach())
+    view = out
+    for d, s in enumerate(_starts(operand, start_indices, list(update.shape))):
+        view = view.narrow(d, s, update.shape[d])
+    if view.numel():
+        _copy_into(view, update.detach().to(out.dtype))
+    return out
+
+
+# ---- autograd of the ops above ---------------------------------------------------------------------------------
+if torch is not None:
+
+    class _ScatterReduceFunction(torch.autograd.Function):
+        """torch's scatter_reduce_backward, composed from this family's gather / scatter_add /
+        scatter / scatter_reduce and torch's elementwise ops."""
+
+        @staticmethod
+        def forward(ctx, x, dim, index, src, reduce, include_self, det):
+            y = _scatter_reduce(x, dim, index, src, reduce, include_self, det)
+            ctx.save_for_backward(x, index, src, y)
+            ctx.dim, ctx.reduce, ctx.include_self, ctx.det = dim, reduce, include_self, det
+            return y
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, g):
+            x, index, src, y = ctx.saved_tensors
+            dim, red, inc, det = ctx.dim, ctx.reduce, ctx.include_self, ctx.det
+            s = src[tuple(slice(0, n) for n in index.shape)]  # the part of src the index reaches
+            gather_ = lambda t: _gather(t, dim, index)  # noqa: E731
+            add_ = lambda base, part: _scatter_add(base, dim, index, part, det)  # noqa: E731
+            if red == "sum":
+                gx, gs = g, gather_(g)
+            elif red == "mean":
+                base = torch.ones_like(g) if inc else torch.zeros_like(g)
+                n = add_(base, torch.ones((), dtype=g.dtype, device=g.device).expand(index.shape)).clamp_min(1)
+                gx, gs = g / n, gather_(g) / gather_(n)
+            elif red == "prod":
+                one = torch.ones((), dtype=x.dtype, device=x.device)
+                masked_x = torch.where(x == 0, one, x)
+                gx = g * _scatter_reduce(masked_x, dim, index, s, "prod", inc, det) / masked_x
+                s_zero = s == 0
+                zeros_hit = gather_(add_(torch.zeros_like(x), s_zero.to(x.dtype)))
+                single = s_zero & (zeros_hit == 1)  # the only zero of its destination
+                masked_s_result = _scatter_reduce(x, dim, index, torch.where(single, one, s), "prod", inc, det)
+                gs = torch.where(single, gather_(g * masked_s_result), gather_(g * y) / torch.where(s_zero, one, s))
+            else:  # amax / amin: the gradient is shared evenly among every element equal to the result
+                value = gather_(y)
+                x_is = (x == y).to(g.dtype)
+                s_is = (s == value).to(g.dtype)
+                gd = g / add_(x_is, s_is)
+                gx, gs = x_is * gd, s_is * gather_(gd)
+            if not inc:
+                gx = _zero_at(gx, dim, index, det)
+            return gx, None, None, _pad_to(gs, src.shape), None, None, None
+
+    class _SegmentProdFunction(torch.autograd.Function):
+        """segment_prod: torch's scatter_reduce prod rule over rows (exact with zeros)."""
+
+        @staticmethod
+        def forward(ctx, data, ids, num_segments, det):
+            y = _segment("segment_prod", data, ids, num_segments, det)
+            ctx.save_for_backward(data, ids, y)
+            ctx.n, ctx.det = num_segments, det
+            return y
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, g):
+            data, ids, y = ctx.saved_tensors
+            one = torch.ones((), dtype=data.dtype, device=data.device)
+            zero = data == 0
+            zeros_hit = _rows_of(_segment("segment_sum", zero.to(data.dtype), ids, ctx.n, True), ids)
+            single = zero & (zeros_hit == 1)
+            masked_result = _segment("segment_prod", torch.where(single, one, data), ids, ctx.n, ctx.det)
+            gd = torch.where(single, _rows_of(g * masked_result, ids),
+                             _rows_of(g * y, ids) / torch.where(zero, one, data))
+            return gd, None, None, None
+
+    class _SegmentMeanFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, data, ids, num_segments):
+            ctx.save_for_backward(ids)
+            ctx.n, ctx.dtype = num_segments, data.dtype
+            return _segment("segment_mean", data, ids, num_segments, True)
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, g):
+            (ids,) = ctx.saved_tensors
+            ones = torch.ones((), dtype=g.dtype, device=g.device).expand(ids.shape[0])
+            count = _segment("segment_sum", ones, ids, ctx.n, True).clamp_min(1)
+            return _rows_of(g / count.view((-1,) + (1,) * (g.dim() - 1)), ids), None, None
+
+    class _IndexFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, adv, det):
+            ctx.adv, ctx.shape, ctx.dtype, ctx.det = adv, tuple(x.shape), x.dtype, det
+            return _index_fw(x, adv)
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, g):
+            zeros = torch.zeros(ctx.shape, dtype=g.dtype, device=g.device)
+            return _index_put_fw(zeros, ctx.adv, g, True, ctx.det), None, None
+
+    class _IndexPutFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, values, adv, accumulate, det):
+            ctx.adv, ctx.accumulate, ctx.det, ctx.vshape = adv, accumulate, det, tuple(values.shape)
+            return _index_put_fw(x, adv, values, accumulate, det)
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, g):
+            adv = ctx.adv
+            gx = gv = None
+            if ctx.needs_input_grad[0]:
+                gx = g if ctx.accumulate else _index_put_fw(g, adv, torch.zeros((), dtype=g.dtype, device=g.device),
+                                                            False, ctx.det)
+            if ctx.needs_input_grad[1]:
+                part = _index_fw(g, adv)
+                vs = list(ctx.vshape)
+                while len(vs) > part.dim() and vs[0] == 1:
+                    vs = vs[1:]
+                gv = part.sum_to_size(vs).reshape(ctx.vshape)
+            return gx, gv, None, None, None
+
+    class _MaskedSelectFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, m, shape):
+            ctx.save_for_backward(m)
+            ctx.in_shape = tuple(x.shape)
+            return _masked_select(x.expand(shape), m)
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, g):
+            (m,) = ctx.saved_tensors
+            gx = _masked_scatter(torch.zeros(m.shape, dtype=g.dtype, device=g.device), m, g)
+            return gx.sum_to_size(ctx.in_shape), None, None
+
+    class _MaskedScatterFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, m, source):
+            ctx.save_for_backward(m)
+            ctx.src_shape = tuple(source.shape)
+            return _masked_scatter(x, m, source)
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, g):
+            (m,) = ctx.saved_tensors
+            zero = torch.zeros((), dtype=g.dtype, device=g.device).expand(max(g.numel(), 1))
+            gx = _masked_scatter(g, m, zero) if ctx.needs_input_grad[0] else None
+            gs = None
+            if ctx.needs_input_grad[2]:
+                part = _masked_select(g, m)
+                n = 1
+                for v in ctx.src_shape:
+                    n *= v
+                flat = torch.zeros(n, dtype=g.dtype, device=g.device)
+                flat[:part.numel()] = part
+                gs = flat.view(ctx.src_shape)
+            return gx, None, gs
+
+    class _LaxGatherFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, operand, idx, gdims, sizes, mode, fill):
+            ctx.save_for_backward(idx)
+            ctx.gdims, ctx.mode, ctx.shape = gdims, mode, tuple(operand.shape)
+            return _lax_gather(operand, idx, gdims, sizes, mode, fill)
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, g):
+            (idx,) = ctx.saved_tensors
+            zeros = torch.zeros(ctx.shape, dtype=g.dtype, device=g.device)
+            return _lax_scatter(zeros, idx, g, ctx.gdims, "sum", ctx.mode, _deterministic(None)), None, None, None, \
+                None, None
+
+    class _LaxScatterFunction(torch.autograd.Function):
+        """lax.scatter (none) and scatter_add: JAX's transpose rules."""
+
+        @staticmethod
+        def forward(ctx, operand, idx, updates, sdims, reduce, mode, det):
+            ctx.save_for_backward(idx)
+            ctx.sdims, ctx.reduce, ctx.mode, ctx.det, ctx.ushape = sdims, reduce, mode, det, tuple(updates.shape)
+            return _lax_scatter(operand, idx, updates, sdims, reduce, mode, det)
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, g):
+            (idx,) = ctx.saved_tensors
+            win, ins, s2o = ctx.sdims
+            go = gu = None
+            if ctx.needs_input_grad[0]:
+                if ctx.reduce == "sum":
+                    go = g
+                else:  # the replaced windows receive nothing
+                    zero = torch.zeros((), dtype=g.dtype, device=g.device).expand(ctx.ushape)
+                    go = _lax_scatter(g, idx, zero, ctx.sdims, "none", ctx.mode, ctx.det)
+            if ctx.needs_input_grad[2]:
+                sizes, w = [], 0
+                for d in range(g.dim()):
+                    if d in ins:
+                        sizes.append(1)
+                    else:
+                        sizes.append(ctx.ushape[win[w]])
+                        w += 1
+                gu = _lax_gather(g, idx, (win, ins, s2o), sizes, ctx.mode, 0.0)
+            return go, None, gu, None, None, None, None

@@ -1,13 +1,17 @@
 // baracuda._C bindings of the indexing family (include/baracuda/ops/index.hpp). Tensors arrive
-// by role in a dict ({"x": t, "index": i, "out": y, "error": flag, "inputs": [a, b]}, the
-// IndexArgs field names) and scalar parameters in a second dict (dim, pads, mode, value,
-// shifts, repeats, flip_dims, diagonal, padding_idx, num_segments); the descriptor is derived
-// from both: dtype from the output, shapes from the tensors.
+// by role in a dict ({"x": t, "index": i, "out": y, "error": flag, "inputs": [a, b],
+// "indices": [i0, i1], "mask": m, "count": c}, the IndexArgs field names) and scalar
+// parameters in a second dict (dim, pads, mode, value, shifts, repeats, flip_dims, diagonal,
+// padding_idx, num_segments, reduce, include_self, accumulate, phase, max_count, fill_index and
+// lax's dimension numbers); the descriptor is derived from both: dtype from the output (from x
+// for nonzero / masked_select), shapes from the tensors.
 #include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "baracuda/ops/index.hpp"
@@ -24,7 +28,9 @@ struct IndexCall {
   IndexDesc desc;
   IndexArgs args;
   std::vector<TensorRef> inputs;
-  std::vector<View> views;  ///< keeps the DLPack exports alive for the call
+  std::vector<TensorRef> indices;
+  std::vector<int> lists[3];  ///< lax dimension numbers (the spans of GatherDims / ScatterDims)
+  std::vector<View> views;    ///< keeps the DLPack exports alive for the call
   int device = -1;
 };
 
@@ -39,6 +45,29 @@ std::vector<int64_t> int_list(const nb::dict& p, const char* key) {
   if (!p.contains(key) || p[key].is_none()) return v;
   for (nb::handle h : nb::iter(p[key])) v.push_back(nb::cast<int64_t>(h));
   return v;
+}
+
+std::vector<int> small_list(const nb::dict& p, const char* key) {
+  std::vector<int> v;
+  for (int64_t x : int_list(p, key)) v.push_back(static_cast<int>(x));
+  return v;
+}
+
+template <class E>
+E enum_param(const std::string& label, const nb::dict& p, const char* key, E fallback,
+             std::optional<E> (*parse)(std::string_view), const char* choices) {
+  if (!p.contains(key) || p[key].is_none()) return fallback;
+  const std::string v = nb::cast<std::string>(p[key]);
+  const auto e = parse(v);
+  if (!e) fail(label + ": " + key + " expected " + choices + ", got '" + v + "'");
+  return *e;
+}
+
+std::optional<SelectPhase> phase_from_name(std::string_view n) {
+  if (n == "all") return SelectPhase::all;
+  if (n == "count") return SelectPhase::count;
+  if (n == "write") return SelectPhase::write;
+  return std::nullopt;
 }
 
 IndexCall make_call(const std::string& op, bool backward, const nb::dict& tensors, const nb::dict& params) {
@@ -69,22 +98,36 @@ IndexCall make_call(const std::string& op, bool backward, const nb::dict& tensor
       have_out = true;
     } else if (key == "error")
       c.args.error = take("error", true);
-    else if (key == "inputs") {
+    else if (key == "count")
+      c.args.count = take("count", true);
+    else if (key == "mask")
+      c.args.mask = take("mask", false);
+    else if (key == "inputs" || key == "indices") {
+      auto& list = key == "inputs" ? c.inputs : c.indices;
       size_t i = 0;
       for (nb::handle h : nb::iter(v)) {
-        View view = to_view(c.label, h, "inputs", i++, false);
+        View view = to_view(c.label, h, key.c_str(), i++, false);
         if (c.device < 0) c.device = view.device;
-        c.inputs.push_back(view.t);
+        list.push_back(view.t);
         c.views.push_back(std::move(view));
       }
     } else {
-      fail(c.label + ": unknown tensor role '" + key + "' (expected x, src, index, inputs, out, error)");
+      fail(c.label + ": unknown tensor role '" + key +
+           "' (expected x, src, index, indices, inputs, mask, out, count, error)");
     }
   }
   c.args.inputs = c.inputs;
-  if (!have_out) fail(c.label + ": expected an 'out' tensor");
-  const DType dt = c.args.out.dtype;
-  const DType it = c.args.index.data || c.args.index.layout.rank ? c.args.index.dtype : DType::s64;
+  c.args.indices = c.indices;
+  const bool select_op = *o == IndexOp::nonzero || *o == IndexOp::masked_select;
+  const SelectPhase phase =
+      enum_param<SelectPhase>(c.label, params, "phase", SelectPhase::all, phase_from_name, "all, count or write");
+  if (!have_out && !(select_op && phase == SelectPhase::count)) fail(c.label + ": expected an 'out' tensor");
+  // The data dtype: the output's, except where the output is of another kind (nonzero's int64
+  // coordinates) or absent (the count phase).
+  const DType dt = select_op ? c.args.x.dtype : c.args.out.dtype;
+  const DType it = c.args.index.data || c.args.index.layout.rank ? c.args.index.dtype
+                   : !c.indices.empty()                          ? c.indices[0].dtype
+                                                                 : DType::s64;
   const Shape xs = Shape::of(c.args.x.layout), os = Shape::of(c.args.out.layout);
   const Shape is = Shape::of(c.args.index.layout), ss = Shape::of(c.args.src.layout);
   const int dim = param<int>(params, "dim", 0);
@@ -155,8 +198,66 @@ IndexCall make_call(const std::string& op, bool backward, const nb::dict& tensor
     case IndexOp::segment_sum:
     case IndexOp::segment_max:
     case IndexOp::segment_min:
+    case IndexOp::segment_prod:
+    case IndexOp::segment_mean:
       c.desc = IndexDesc::segment(dt, it, xs, param<int64_t>(params, "num_segments", 0), *o);
       break;
+    case IndexOp::scatter_reduce:
+      c.desc = IndexDesc::scatter_reduce(
+          dt, it, xs, is, ss, dim,
+          enum_param<ScatterReduce>(c.label, params, "reduce", ScatterReduce::sum, scatter_reduce_from_name,
+                                    "sum, prod, mean, amax or amin"),
+          param<bool>(params, "include_self", true));
+      break;
+    case IndexOp::index:
+    case IndexOp::index_put: {
+      if (c.indices.empty()) fail(c.label + ": expected at least one tensor in 'indices'");
+      const Shape ishape = Shape::of(c.indices[0].layout);
+      const int k = static_cast<int>(c.indices.size());
+      c.desc = *o == IndexOp::index
+                   ? IndexDesc::index(dt, it, xs, ishape, k)
+                   : IndexDesc::index_put(dt, it, xs, ishape, k, param<bool>(params, "accumulate", false));
+      break;
+    }
+    case IndexOp::one_hot:
+      if (os.rank < 1) fail(c.label + ": out expected at least 1 dim (the classes)");
+      c.desc = IndexDesc::one_hot(dt, it, is, os.dims[os.rank - 1]);
+      break;
+    case IndexOp::nonzero:
+    case IndexOp::masked_select: {
+      const int64_t bound = have_out ? (os.rank >= 1 ? os.dims[0] : 0) : param<int64_t>(params, "max_count", 0);
+      c.desc = *o == IndexOp::nonzero
+                   ? IndexDesc::nonzero(dt, xs, bound, param<int64_t>(params, "fill_index", -1), phase)
+                   : IndexDesc::masked_select(dt, xs, bound, phase);
+      break;
+    }
+    case IndexOp::masked_scatter:
+      c.desc = IndexDesc::masked_scatter(dt, xs, ss);
+      break;
+    case IndexOp::lax_gather:
+    case IndexOp::lax_scatter: {
+      const IndexMode mode =
+          enum_param<IndexMode>(c.label, params, "mode", IndexMode::fill, index_mode_from_name, "clip, fill or check");
+      const int ivd = param<int>(params, "index_vector_dim", -1);
+      if (*o == IndexOp::lax_gather) {
+        c.lists[0] = small_list(params, "offset_dims");
+        c.lists[1] = small_list(params, "collapsed_slice_dims");
+        c.lists[2] = small_list(params, "start_index_map");
+        const auto sizes = int_list(params, "slice_sizes");
+        c.desc = IndexDesc::lax_gather(dt, it, xs, is, GatherDims{c.lists[0], c.lists[1], c.lists[2], ivd}, sizes, mode,
+                                       param<double>(params, "value", 0.0));
+      } else {
+        c.lists[0] = small_list(params, "update_window_dims");
+        c.lists[1] = small_list(params, "inserted_window_dims");
+        c.lists[2] = small_list(params, "scatter_dims_to_operand_dims");
+        c.desc =
+            IndexDesc::lax_scatter(dt, it, xs, is, ss, ScatterDims{c.lists[0], c.lists[1], c.lists[2], ivd},
+                                   enum_param<ScatterReduce>(c.label, params, "reduce", ScatterReduce::none,
+                                                             scatter_reduce_from_name, "none, sum, prod, amax or amin"),
+                                   mode);
+      }
+      break;
+    }
   }
   c.desc.direction = dir;
   return c;
@@ -178,6 +279,7 @@ nb::list index_ops_rows() {
     d["fw_dtypes"] = dtype_names(r.fw_dtypes);
     d["bw_dtypes"] = dtype_names(r.bw_dtypes);
     d["index"] = r.takes_index;
+    d["flag"] = r.reports_errors;
     rows.append(d);
   }
   return rows;
@@ -190,7 +292,8 @@ void bind_index(nb::module_& m) {
       [](const std::string& op, bool backward, nb::dict tensors, nb::dict params, uintptr_t stream,
          nb::object workspace, bool deterministic, bool vectorized) {
         IndexCall c = make_call(op, backward, tensors, params);
-        c.args.inputs = c.inputs;  // the span follows the vector into this frame
+        c.args.inputs = c.inputs;  // the spans follow the vectors into this frame
+        c.args.indices = c.indices;
         View wsv;
         const Workspace ws = workspace_of(c.label, workspace, wsv);
         Result<void> r;
@@ -205,13 +308,17 @@ void bind_index(nb::module_& m) {
       nb::arg("op"), nb::arg("backward"), nb::arg("tensors"), nb::arg("params"), nb::arg("stream") = 0,
       nb::arg("workspace") = nb::none(), nb::arg("deterministic") = false, nb::arg("vectorized") = true,
       "Runs an indexing-family plan (cached by descriptor) on `stream`. `tensors` maps IndexArgs roles (x, src, "
-      "index, inputs (a list), out, error) to tensors; `params` holds dim, pads, mode, value, shifts, repeats, "
-      "flip_dims, diagonal, padding_idx, num_segments. `deterministic` = PlanPreference::require_deterministic.");
+      "index, indices (a list), inputs (a list), mask, out, count, error) to tensors; `params` holds dim, pads, mode, "
+      "value, shifts, repeats, flip_dims, diagonal, padding_idx, num_segments, reduce, include_self, accumulate, "
+      "phase (all / count / write), max_count, fill_index, offset_dims, collapsed_slice_dims, start_index_map, "
+      "slice_sizes, update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims, index_vector_dim. "
+      "`deterministic` = PlanPreference::require_deterministic.");
   m.def(
       "index_workspace_size",
       [](const std::string& op, bool backward, nb::dict tensors, nb::dict params, bool deterministic) {
         IndexCall c = make_call(op, backward, tensors, params);
-        c.args.inputs = c.inputs;  // the span follows the vector into this frame
+        c.args.inputs = c.inputs;  // the spans follow the vectors into this frame
+        c.args.indices = c.indices;
         DeviceGuard g(c.device);
         return unwrap(IndexPlan::select(target_for(c.device), c.desc, pref_of(deterministic, true))).workspace_size();
       },
@@ -220,7 +327,8 @@ void bind_index(nb::module_& m) {
       "index_sku",
       [](const std::string& op, bool backward, nb::dict tensors, nb::dict params, bool deterministic, bool vectorized) {
         IndexCall c = make_call(op, backward, tensors, params);
-        c.args.inputs = c.inputs;  // the span follows the vector into this frame
+        c.args.inputs = c.inputs;  // the spans follow the vectors into this frame
+        c.args.indices = c.indices;
         DeviceGuard g(c.device);
         const IndexPlan p = unwrap(IndexPlan::select(target_for(c.device), c.desc, pref_of(deterministic, vectorized)));
         unwrap(p.can_implement(c.args));

@@ -533,15 +533,15 @@ def test_diag_take_put_one_hot_dynamic_slice(dt):
     if dt in (torch.float32, torch.int64):
         same_bits(F.put(x, index, src, accumulate=True), torch.put(x, index, src, accumulate=True), "put accumulate")
     sizes = (2, 7, 3)
-    for starts in [(1, 0, 2), (4, 3, 9), (-3, 0, 0)]:
-        ref = ref_op(lambda t: t[tuple(slice(min(max(s, 0), t.shape[d] - sizes[d]),
-                                             min(max(s, 0), t.shape[d] - sizes[d]) + sizes[d])
-                                       for d, s in enumerate(starts))].contiguous(), x)
+    for starts in [(1, 0, 2), (4, 3, 9), (-3, 0, 0), (-9, 0, 0)]:
+        # JAX: a negative start counts from the end once (lax._dynamic_slice_indices), then clamps
+        first = [min(max(s + x.shape[d] if s < 0 else s, 0), x.shape[d] - sizes[d]) for d, s in enumerate(starts)]
+        window = tuple(slice(f, f + n) for f, n in zip(first, sizes))
+        ref = ref_op(lambda t: t[window].contiguous(), x)
         same_bits(F.dynamic_slice(x, starts, sizes), ref, f"dynamic_slice {starts}")
+        same_bits(F.dynamic_slice(x, torch.tensor(starts, device=DEV), sizes), ref, f"dynamic_slice device {starts}")
         upd = make(sizes, dt, "dus", starts, dt)
         want = x.clone()
-        window = tuple(slice(min(max(s, 0), x.shape[d] - sizes[d]), min(max(s, 0), x.shape[d] - sizes[d]) + sizes[d])
-                       for d, s in enumerate(starts))
         want[window] = upd
         same_bits(F.dynamic_update_slice(x, upd, torch.tensor(starts)), want, f"dynamic_update_slice {starts}")
 
@@ -885,3 +885,565 @@ def test_copy_past_2_31_elements():
     del got
     t = F.permute_copy(x[:4096], (1, 0))
     assert torch.equal(t, x[:4096].t().contiguous())
+
+
+# ---- scatter_reduce -----------------------------------------------------------------------------------------
+RED_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8,
+              torch.uint8, torch.int16]
+REDUCES = ["sum", "prod", "mean", "amax", "amin"]
+
+
+def red_data(shape, dt, reduce, *seed):
+    """Values whose reductions are exact in dt: products of a few of {-2..2} (1..2 for uint8),
+    small sums."""
+    if reduce == "prod":
+        return make(shape, dt, *seed, lo=1, hi=3) if dt == torch.uint8 else make(shape, dt, *seed, lo=-2, hi=3)
+    return make(shape, dt, *seed, lo=0, hi=9) if dt == torch.uint8 else make(shape, dt, *seed, lo=-9, hi=9)
+
+
+def red_index(shape, n, dim, it, *seed):
+    """Random destinations along dim with few duplicates per destination (products stay small)."""
+    g = gen(*seed)
+    idx = torch.randint(0, max(n, 1), tuple(shape), generator=g, dtype=torch.int64)
+    return idx.to(it).to(DEV)
+
+
+def ref_scatter_reduce(x, dim, index, src, reduce, include_self):
+    """torch's scatter_reduce in a wide dtype (exact here), cast back (integer means floor as
+    torch's do on the integer type itself)."""
+    if x.dtype.is_floating_point:
+        w = torch.float64
+        return x.to(w).scatter_reduce(dim, index.long(), src.to(w), reduce, include_self=include_self).to(x.dtype)
+    return x.scatter_reduce(dim, index.long(), src, reduce, include_self=include_self)
+
+
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", RED_DTYPES, ids=str)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_scatter_reduce(reduce, dt, it):
+    x = red_data((6, 9, 5), dt, reduce, "sr", reduce, dt)
+    for dim in range(3):
+        shape = [4, 7, 3]
+        shape[dim] = 8
+        index = red_index(shape, x.shape[dim], dim, it, "sri", dim)
+        src = red_data(shape, dt, reduce, "srs", reduce, dim, dt)
+        for include_self in (True, False):
+            ref = ref_scatter_reduce(x, dim, index, src, reduce, include_self)
+            for det in (False, True):
+                got = F.scatter_reduce(x, dim, index, src, reduce, include_self=include_self, deterministic=det)
+                if reduce == "mean" and dt.is_floating_point:  # torch divides in the storage dtype
+                    torch.testing.assert_close(got, ref, rtol=1e-2 if dt.itemsize == 2 else 1e-6, atol=1e-6)
+                else:
+                    same_bits(got, ref, f"scatter_reduce {reduce} include_self={include_self} dim {dim} det={det}")
+    xt = x.transpose(0, 2)  # strided self and src
+    index = red_index((5, 4, 6), 9, 1, it, "srt")
+    src = red_data((5, 9, 6), dt, reduce, "srt-s", dt).transpose(0, 2).transpose(0, 2)
+    got = F.scatter_reduce(xt, 1, index, src, reduce, include_self=False)
+    ref = ref_scatter_reduce(xt, 1, index, src, reduce, False)
+    if reduce == "mean" and dt.is_floating_point:
+        torch.testing.assert_close(got, ref, rtol=1e-2 if dt.itemsize == 2 else 1e-6, atol=1e-6)
+    else:
+        same_bits(got, ref, f"scatter_reduce strided {reduce}")
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_scatter_reduce_extrema_nan_zero_and_untouched(dt):
+    x = torch.tensor([[1.0, -0.0, 5.0, float("nan"), 2.0, 7.0]], device=DEV).to(dt)
+    index = idx([[0, 1, 1, 2, 3, 3, 0]], torch.int64)
+    src = torch.tensor([[3.0, 0.0, -1.0, 1.0, float("nan"), -float("inf"), 3.0]], device=DEV).to(dt)
+    for reduce in ("amax", "amin"):
+        for include_self in (True, False):
+            got = F.scatter_reduce(x, 1, index, src, reduce, include_self=include_self)
+            ref = x.scatter_reduce(1, index, src, reduce, include_self=include_self)
+            torch.testing.assert_close(got, ref, rtol=0, atol=0, equal_nan=True)
+    # include_self=False: positions no index names keep self bit for bit
+    got = F.scatter_reduce(x, 1, idx([[0, 0]], torch.int64), src[:, :2], "mean", include_self=False)
+    same_bits(got[:, 1:], x[:, 1:], "mean include_self=False leaves the rest")
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_backward(reduce, include_self):
+    x = make((5, 6), torch.float64, "srbw", lo=-3, hi=4).requires_grad_()  # small ints: many ties and zeros
+    src = make((5, 8), torch.float64, "srbw-s", lo=-3, hi=4).requires_grad_()
+    if reduce == "prod":  # a destination with one zero, one with two, one with none
+        with torch.no_grad():
+            src[0, :3] = torch.tensor([0.0, 2.0, 0.0])
+            src[1, :2] = torch.tensor([0.0, 3.0])
+            x[2, 1] = 0.0
+    index = red_index((5, 8), 6, 1, torch.int64, "srbw-i")
+    g = randf((5, 6), torch.float64, "srbw-g")
+    got = torch.autograd.grad(F.scatter_reduce(x, 1, index, src, reduce, include_self=include_self), (x, src), g)
+    ref = torch.autograd.grad(torch.scatter_reduce(x, 1, index, src, reduce, include_self=include_self), (x, src), g)
+    for a, b, n in zip(got, ref, ("self", "src")):
+        torch.testing.assert_close(a, b, msg=lambda m: f"{reduce} grad {n}: {m}")
+
+
+def test_scatter_reduce_paths_and_determinism():
+    x = randf((100, 64), torch.float32, "srdet")
+    index = rand_index((3000, 64), 100, torch.int64, "srdet-i")
+    src = randf((3000, 64), torch.float32, "srdet-s")
+    for reduce in ("sum", "prod"):
+        runs = [F.scatter_reduce(x, 0, index, src, reduce, deterministic=True) for _ in range(3)]
+        for r in runs[1:]:
+            same_bits(r, runs[0], f"scatter_reduce {reduce} deterministic repeatability")
+    tensors = {"x": x, "index": index, "src": src, "out": torch.empty_like(x)}
+    sku = BI.index_sku("scatter_reduce", tensors, {"dim": 0, "reduce": "sum"}, deterministic=True)
+    assert "scatter-sorted" in sku and "nondeterministic" not in sku, sku
+    assert "scatter-atomic" in BI.index_sku("scatter_reduce", tensors, {"dim": 0, "reduce": "amax"},
+                                            deterministic=True)
+    assert "scatter-sorted" in BI.index_sku("scatter_reduce", tensors, {"dim": 0, "reduce": "mean"})
+    small = {"x": x.to(torch.int8), "index": index, "src": src.to(torch.int8),
+             "out": torch.empty_like(x, dtype=torch.int8)}
+    assert "scatter-sorted" in BI.index_sku("scatter_reduce", small, {"dim": 0, "reduce": "amax"})
+
+
+def test_scatter_legacy_reduce():
+    x = make((4, 5), torch.float32, "legacy", lo=1, hi=3)
+    index = rand_index((4, 5), 4, torch.int64, "legacy-i")
+    src = make((4, 5), torch.float32, "legacy-s", lo=1, hi=3)
+    same_bits(F.scatter(x, 0, index, src, reduce="multiply"), x.scatter(0, index, src, reduce="multiply"), "multiply")
+    same_bits(F.scatter(x, 0, index, src, reduce="add"), x.scatter(0, index, src, reduce="add"), "add")
+
+
+# ---- segment_prod / segment_mean ------------------------------------------------------------------------------
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", RED_DTYPES, ids=str)
+def test_segment_prod_mean(dt, it):
+    for shape, n in [((300, 5, 3), 37), ((200, 40), 12), ((64,), 9)]:
+        data = red_data(shape, dt, "prod", "segp", shape, dt)
+        ids = rand_index((shape[0],), n + 4, it, "segp-ids", shape) - 2  # dropped ids on both sides
+        for sid in (ids, ids.sort()[0]):
+            keep = (sid >= 0) & (sid < n)
+            exp_idx = sid[keep].long().view(-1, *([1] * (data.dim() - 1))).expand_as(data[keep])
+            ones = torch.ones((n,) + tuple(data.shape[1:]), dtype=dt, device=DEV)
+            ref = ref_scatter_reduce(ones, 0, exp_idx, data[keep], "prod", True)
+            for det in (False, True):
+                same_bits(F.segment_prod(data, sid, n, deterministic=det), ref, f"segment_prod {shape}")
+            mdata = red_data(shape, dt, "sum", "segm", shape, dt)
+            zeros = torch.zeros((n,) + tuple(data.shape[1:]), dtype=dt, device=DEV)
+            ref = ref_scatter_reduce(zeros, 0, exp_idx, mdata[keep], "mean", False)  # empty segments: 0
+            got = F.segment_mean(mdata, sid, n)
+            if dt.is_floating_point:
+                torch.testing.assert_close(got, ref, rtol=1e-2 if dt.itemsize == 2 else 1e-6, atol=1e-6)
+            else:
+                same_bits(got, ref, f"segment_mean {shape}")
+
+
+def test_segment_prod_mean_backward():
+    data = make((120, 6), torch.float64, "segpbw", lo=-2, hi=3).requires_grad_()  # zeros: single and several
+    ids = rand_index((120,), 15, torch.int64, "segpbw-ids")
+    g = randf((15, 6), torch.float64, "segpbw-g")
+    exp = ids.view(-1, 1).expand(-1, 6)
+    (gx,) = torch.autograd.grad(F.segment_prod(data, ids, 15), data, g)
+    (rx,) = torch.autograd.grad(torch.ones(15, 6, dtype=torch.float64, device=DEV).scatter_reduce(
+        0, exp, data, "prod", include_self=True), data, g)
+    torch.testing.assert_close(gx, rx)
+    (gx,) = torch.autograd.grad(F.segment_mean(data, ids, 15), data, g)
+    (rx,) = torch.autograd.grad(torch.zeros(15, 6, dtype=torch.float64, device=DEV).scatter_reduce(
+        0, exp, data, "mean", include_self=False), data, g)
+    torch.testing.assert_close(gx, rx)
+
+
+# ---- advanced indexing: index, index_put, take, put ----------------------------------------------------------
+def perm_index(n, k, it, *seed):
+    """k distinct indices in [0, n) (assignments stay defined)."""
+    return torch.randperm(n, generator=gen(*seed))[:k].to(it).to(DEV)
+
+
+def adv_cases(x, it):
+    """(indices, description) pairs covering torch's advanced-indexing layouts; destinations are
+    distinct so that assignments are defined."""
+    a = perm_index(x.shape[0], 7, it, "adv-a")
+    b = perm_index(x.shape[1], 7, it, "adv-b")
+    c = perm_index(x.shape[2], 3, it, "adv-c")
+    neg = perm_index(x.shape[0], 4, it, "adv-neg") - x.shape[0]  # negative: count from the end
+    return [((a,), "leading"), ((a, b), "two leading"), ((a[:3], None, c), "non-adjacent (front)"),
+            ((None, b), "adjacent after a full dim"), ((None, b.view(7, 1), c.view(1, 3)), "broadcast middle"),
+            ((neg,), "negative"), ((a.view(7, 1), b.view(1, 7)), "broadcast"), ((a[0],), "0-d index")]
+
+
+def key_of(indices):
+    return tuple(i.long() if i is not None else slice(None) for i in indices)
+
+
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=str)
+def test_index_and_index_put(dt, it):
+    x = make((8, 9, 5, 4), dt, "adv", dt)
+    for indices, what in adv_cases(x, it):
+        key = key_of(indices)
+        ref = ref_op(lambda t: t[key], x)
+        same_bits(F.index(x, indices), ref, f"index {what}")
+        values = make(ref.shape, dt, "adv-v", what, dt)
+
+        def put(t, v):
+            t = t.clone()
+            t[key] = v
+            return t
+        want = ref_op(put, x, values)
+        for det in (False, True):
+            same_bits(F.index_put(x, indices, values, deterministic=det), want, f"index_put {what}")
+        if ref.dim() >= 1 and ref.shape[-1] > 1:  # values broadcast along the last dim
+            v1 = values[..., :1]
+            same_bits(F.index_put(x, indices, v1), ref_op(put, x, v1.expand(ref.shape)), f"index_put broadcast {what}")
+    xt = x.permute(2, 0, 3, 1)  # a strided self
+    a = rand_index((11,), xt.shape[0], it, "adv-t")
+    same_bits(F.index(xt, (a,)), ref_op(lambda t: t[a.long()], xt), "index strided")
+    mask = make((8, 9), torch.bool, "adv-mask")
+    same_bits(F.index(x, (mask,)), ref_op(lambda t: t[mask], x), "index bool mask")
+
+
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", ADD_DTYPES + [torch.int8, torch.uint8, torch.int16], ids=str)
+def test_index_put_accumulate(dt, it):
+    x = make((6, 9, 5), dt, "acc", dt, lo=0, hi=9)
+    a = rand_index((40,), 6, it, "acc-a")  # many duplicates
+    b = rand_index((40,), 9, it, "acc-b")
+    v = make((40, 5), dt, "acc-v", dt, lo=0, hi=5)
+    ref = x.index_put((a.long(), b.long()), v, accumulate=True)
+    for det in (False, True):
+        same_bits(F.index_put(x, (a, b), v, accumulate=True, deterministic=det), ref, f"index_put accumulate {det}")
+    # non-adjacent dims (0 and 2, result [40, 9]) with a broadcast value, vs explicit index tensors
+    c = b.remainder(5)
+    ar = torch.arange(9, device=DEV)
+    ref = x.index_put((a.long().view(-1, 1), ar.view(1, -1), c.long().view(-1, 1)), v[:1, :1].expand(40, 9),
+                      accumulate=True)
+    same_bits(F.index_put(x, (a, None, c), v[:1, :1], accumulate=True), ref, "index_put accumulate non-adjacent")
+
+
+def test_index_backward_take_put():
+    x = randf((6, 7, 5), torch.float64, "advbw").requires_grad_()
+    a = rand_index((9,), 6, torch.int64, "advbw-a")  # duplicates: gradients accumulate
+    c = rand_index((9,), 5, torch.int64, "advbw-c")
+    for indices in [(a,), (a, None, c), (None, c.remainder(7))]:
+        key = key_of(indices)
+        g = randf(x[key].shape, torch.float64, "advbw-g", len(indices))
+        (gx,) = torch.autograd.grad(F.index(x, indices), x, g)
+        (rx,) = torch.autograd.grad(x[key], x, g)
+        torch.testing.assert_close(gx, rx)
+    v = randf((9, 7), torch.float64, "advbw-v").requires_grad_()
+    g = randf((6, 7, 5), torch.float64, "advbw-g2")
+    ar = torch.arange(7, device=DEV).view(1, 7)
+    for acc in (True, False):
+        i0, i2 = (a, c) if acc else (perm_index(6, 4, torch.int64, "advbw-u"), c[:4])
+        vv = v if acc else v[:4]
+        got = torch.autograd.grad(F.index_put(x, (i0, None, i2), vv, accumulate=acc), (x, v), g)
+        ref = torch.autograd.grad(torch.index_put(x, (i0.view(-1, 1), ar, i2.view(-1, 1)), vv, accumulate=acc),
+                                  (x, v), g)
+        for p, q in zip(got, ref):
+            torch.testing.assert_close(p, q)
+    flat = idx([0, -1, 5, -7, 3, 3], torch.int64)
+    same_bits(F.take(x.detach(), flat), torch.take(x.detach(), flat), "take negatives")
+    src = randf((6,), torch.float64, "put-s")
+    same_bits(F.put(x.detach(), flat, src, accumulate=True), x.detach().put(flat, src, accumulate=True),
+              "put accumulate")
+    gt = randf((6,), torch.float64, "take-g")
+    (gx,) = torch.autograd.grad(F.take(x, flat), x, gt)
+    (rx,) = torch.autograd.grad(torch.take(x, flat), x, gt)
+    torch.testing.assert_close(gx, rx)
+    with pytest.raises(IndexError):
+        F.take(x.detach(), idx([0, 210], torch.int64))
+
+
+# ---- one_hot -------------------------------------------------------------------------------------------------
+def test_one_hot():
+    labels = rand_index((5, 7), 9, torch.int64, "oh")
+    same_bits(F.one_hot(labels, 9), tF.one_hot(labels, 9), "one_hot")
+    same_bits(F.one_hot(labels), tF.one_hot(labels), "one_hot num_classes=-1")
+    same_bits(F.one_hot(labels.t(), 12), tF.one_hot(labels.t(), 12), "one_hot strided")
+    same_bits(F.one_hot(labels[:0], 4), tF.one_hot(labels[:0], 4), "one_hot empty")
+    with pytest.raises(IndexError):
+        F.one_hot(idx([1, 9], torch.int64), 9)
+    with pytest.raises(IndexError):
+        F.one_hot(idx([1, -1], torch.int64), 9)
+
+
+# ---- nonzero / masked_select / masked_scatter -------------------------------------------------------------------
+def sparse_make(shape, dt, *seed):
+    """make()'s values with about half of them zero (through an integer view: zero bits are +0)."""
+    v = make(shape, dt, *seed)
+    keep = make(shape, torch.bool, *seed, "keep")
+    return ref_op(lambda t: torch.where(keep, t, torch.zeros((), dtype=t.dtype, device=DEV)), v)
+
+
+def nonzero_ref(x):
+    """torch.nonzero on a form torch can test (fp8 has no nonzero kernel: its bits but the sign)."""
+    if x.dtype in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)):
+        return torch.nonzero(x.view(torch.uint8) & 0x7f)
+    return torch.nonzero(x)
+
+
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=str)
+def test_nonzero_argwhere(dt):
+    for shape in [(7, 33, 65), (5000,), (0, 3), (), (1,), (3, 1, 4099)]:
+        x = sparse_make(shape, dt, "nz", shape, dt)
+        ref = nonzero_ref(x)
+        same_bits(F.nonzero(x), ref, f"nonzero {shape}")
+        same_bits(F.argwhere(x), ref, f"argwhere {shape}")
+        if x.dim() >= 2:
+            xt = x.transpose(0, -1)
+            same_bits(F.nonzero(xt), nonzero_ref(xt), f"nonzero strided {shape}")
+
+
+def test_nonzero_float_zeros_and_static():
+    x = torch.tensor([0.0, -0.0, float("nan"), 1.0, -2.0, 0.0, float("inf")], device=DEV)
+    same_bits(F.nonzero(x), torch.nonzero(x), "nonzero -0 and NaN")
+    for size in (0, 2, 4, 9):
+        got = F.nonzero_static(x, size=size)
+        ref = torch.full((size, 1), -1, dtype=torch.int64, device=DEV)
+        nz = torch.nonzero(x)[:size]
+        ref[:nz.shape[0]] = nz
+        same_bits(got, ref, f"nonzero_static size={size}")
+    same_bits(F.nonzero_static(x, size=9, fill_value=7)[4:], torch.full((5, 1), 7, dtype=torch.int64, device=DEV),
+              "nonzero_static fill_value")
+    c = torch.complex(torch.tensor([0.0, 0.0, -0.0, 1.0]), torch.tensor([0.0, 2.0, -0.0, 0.0])).to(DEV)
+    same_bits(F.nonzero(c), torch.nonzero(c), "nonzero complex")
+    assert [t.tolist() for t in F.nonzero(x, as_tuple=True)] == [t.tolist() for t in torch.nonzero(x, as_tuple=True)]
+
+
+@pytest.mark.parametrize("dt", ALL_DTYPES, ids=str)
+def test_masked_select_scatter(dt):
+    x = make((7, 33, 65), dt, "ms", dt)
+    mask = make((7, 33, 65), torch.bool, "ms-m")
+    same_bits(F.masked_select(x, mask), ref_op(lambda t: torch.masked_select(t, mask), x), "masked_select")
+    row_mask = make((33, 1), torch.bool, "ms-rm")  # broadcast
+    same_bits(F.masked_select(x, row_mask), ref_op(lambda t: torch.masked_select(t, row_mask), x),
+              "masked_select broadcast")
+    xt = x.transpose(0, 2)
+    same_bits(F.masked_select(xt, mask.transpose(0, 2)),
+              ref_op(lambda t: torch.masked_select(t, mask.transpose(0, 2)), xt), "masked_select strided")
+    n = int(mask.sum())
+    source = make((n + 5,), dt, "ms-src", dt)
+    same_bits(F.masked_scatter(x, mask, source), ref_op(lambda t, s: t.masked_scatter(mask, s), x, source),
+              "masked_scatter")
+    src2 = make((8, 33, 65), dt, "ms-src2", dt)  # any shape with enough elements, read row-major
+    m2 = make((33, 65), torch.bool, "ms-m2")
+    same_bits(F.masked_scatter(x, m2, src2), ref_op(lambda t, s: t.masked_scatter(m2, s), x, src2),
+              "masked_scatter broadcast mask")
+    assert F.masked_select(x[:0], mask[:0]).shape == (0,)
+
+
+def test_masked_backward_and_short_source():
+    x = randf((5, 6), torch.float64, "msbw").requires_grad_()
+    mask = make((5, 6), torch.bool, "msbw-m")
+    gs = randf((int(mask[:1].sum()) * 5,), torch.float64, "msbw-g")  # mask[:1] broadcasts over the rows
+    (gx,) = torch.autograd.grad(F.masked_select(x, mask[:1]), x, gs)
+    (rx,) = torch.autograd.grad(torch.masked_select(x, mask[:1]), x, gs)
+    torch.testing.assert_close(gx, rx)
+    src = randf((40,), torch.float64, "msbw-s").requires_grad_()
+    g2 = randf((5, 6), torch.float64, "msbw-g2")
+    got = torch.autograd.grad(F.masked_scatter(x, mask, src), (x, src), g2)
+    ref = torch.autograd.grad(x.masked_scatter(mask, src), (x, src), g2)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)
+    keep = x.detach().clone()
+    with pytest.raises(IndexError):
+        F.masked_scatter(x.detach(), mask, src.detach()[:int(mask.sum()) - 1])
+    same_bits(x.detach(), keep, "masked_scatter input untouched")
+
+
+# ---- out-of-range: poisoned outputs -------------------------------------------------------------------------------
+def guarded(shape, dt, poison=0x5A):
+    """A tensor of `shape` in the middle of a poisoned buffer; returns (view, check_guards)."""
+    n = 1
+    for v in shape:
+        n *= v
+    elem = torch.empty((), dtype=dt).element_size()
+    raw = torch.full(((n + 64) * elem,), poison, dtype=torch.uint8, device=DEV)
+    view = raw[32 * elem:(32 + n) * elem].view(dt).view(shape)
+
+    def guards_ok():
+        return bool((raw[:32 * elem] == poison).all()) and bool((raw[(32 + n) * elem:] == poison).all())
+    return view, guards_ok
+
+
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+def test_new_ops_out_of_range(it):
+    x = make((5, 6), torch.float32, "oor2")
+    keep = x.clone()
+    src = make((5, 6), torch.float32, "oor2-s")
+    for bad in (6, 1 << 20):
+        index = idx([[0, bad, 1, 2, 3, 4]] * 5, it)
+        for reduce in REDUCES:
+            out, ok = guarded((5, 6), torch.float32)
+            with pytest.raises(IndexError):
+                BI._run("scatter_reduce", {"x": x, "index": index, "src": src, "out": out},
+                        {"dim": 1, "reduce": reduce})
+            assert ok(), f"scatter_reduce {reduce} wrote outside out"
+            good = index.clone()
+            good[:, 1] = 0
+            ref = x.scatter_reduce(1, good.long()[:, [0, 2, 3, 4, 5]], src[:, [0, 2, 3, 4, 5]], reduce)
+            if reduce != "mean":
+                same_bits(out, ref, f"scatter_reduce {reduce}: the bad element alone is dropped")
+        out, ok = guarded((5, 6), torch.float32)
+        with pytest.raises(IndexError):
+            BI._run("index_put", {"x": x, "indices": [idx([0, bad - 12], it)], "src": src[:2], "out": out},
+                    {"accumulate": True})
+        assert ok(), "index_put wrote outside out"
+        out, ok = guarded((2, 6), torch.float32)
+        with pytest.raises(IndexError):
+            BI._run("index", {"x": x, "indices": [idx([0, bad], it)], "out": out})
+        assert ok(), "index wrote outside out"
+        same_bits(out[1], torch.zeros(6, device=DEV), "index: an out-of-range row reads zeros")
+        out, ok = guarded((2, 6), torch.int64)
+        with pytest.raises(IndexError):
+            BI._run("one_hot", {"index": idx([0, bad], it), "out": out})
+        assert ok(), "one_hot wrote outside out"
+        same_bits(x, keep, "input untouched")
+
+
+# ---- jax.lax gather / scatter / dynamic_slice, against JAX ----------------------------------------------------------
+def jax_or_skip():
+    """JAX on its CPU device (the reference never competes with the GPU tests for memory)."""
+    try:
+        import jax
+        import jax.numpy as jnp
+        cpu = jax.devices("cpu")[0]
+    except Exception as e:  # not installed, or no CPU backend
+        pytest.skip(f"JAX unavailable: {e}")
+    return jax, jnp, cpu
+
+
+def to_jax(t):
+    import numpy as np
+    jax, _, cpu = jax_or_skip()
+    return jax.device_put(np.asarray(t.detach().cpu()), cpu)
+
+
+def from_jax(a):
+    import numpy as np
+    return torch.from_numpy(np.array(a)).to(DEV)
+
+
+def same_values(got, ref, what):
+    """Exact, NaN positions included (JAX's fill is NaN)."""
+    assert got.shape == ref.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(ref.shape)}"
+    torch.testing.assert_close(got, ref.to(got.dtype), rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+GATHER_CASES = [
+    # operand, indices shape (last dim: the start vector), index range, offset_dims, collapsed, start_index_map, sizes
+    ((10, 6), (5, 1), (-3, 13), (1,), (0,), (0,), (1, 6)),                   # x[ids]: rows
+    ((8, 9, 7), (4, 3, 2), (-2, 10), (1, 3, 4), (), (2, 0), (2, 9, 3)),      # windows, two batch dims
+    ((5, 6, 7), (3, 1), (-1, 7), (1, 2), (1,), (1,), (5, 1, 7)),             # a collapsed middle dim
+    ((6, 5), (7, 2), (-2, 7), (), (0, 1), (1, 0), (1, 1)),                   # elements (x[i, j])
+]
+
+
+@pytest.mark.parametrize("case", range(len(GATHER_CASES)))
+@pytest.mark.parametrize("mode", ["clip", "fill"])
+def test_lax_gather_vs_jax(case, mode):
+    jax, jnp, _ = jax_or_skip()
+    oshape, ishape, (lo, hi), offs, coll, sim, sizes = GATHER_CASES[case]
+    x = randf(oshape, torch.float32, "lg", case)
+    idx32 = torch.randint(lo, hi, ishape, generator=gen("lg-i", case), dtype=torch.int32).to(DEV)
+    dn = jax.lax.GatherDimensionNumbers(offset_dims=offs, collapsed_slice_dims=coll, start_index_map=sim)
+    ref = from_jax(jax.lax.gather(to_jax(x), to_jax(idx32), dn, sizes, mode=mode))
+    for it in INDEX_DTYPES:
+        same_values(F.lax_gather(x, idx32.to(it), dn, sizes, mode=mode), ref, f"lax_gather {case} {mode} {it}")
+    if mode == "fill":
+        ref = from_jax(jax.lax.gather(to_jax(x), to_jax(idx32), dn, sizes, mode=mode, fill_value=0.5))
+        same_values(F.lax_gather(x, idx32, dn, sizes, mode=mode, fill_value=0.5), ref, f"lax_gather fill_value {case}")
+    # the gradient: JAX's transpose is a scatter_add of the cotangent
+    xg = x.clone().requires_grad_()
+    y = F.lax_gather(xg, idx32, dn, sizes, mode=mode, fill_value=0.0)
+    g = make(y.shape, torch.float32, "lg-g", case, lo=-4, hi=5)
+    (gx,) = torch.autograd.grad(y, xg, g)
+    _, vjp = jax.vjp(lambda a: jax.lax.gather(a, to_jax(idx32), dn, sizes, mode=mode, fill_value=0.0), to_jax(x))
+    same_values(gx, from_jax(vjp(to_jax(g))[0]), f"lax_gather grad {case} {mode}")
+
+
+SCATTER_CASES = [
+    # operand, indices shape, index range, updates shape, update_window_dims, inserted, scatter_dims_to_operand_dims
+    ((10, 6), (5, 1), (-3, 13), (5, 6), (1,), (0,), (0,)),               # rows
+    ((8, 9, 7), (4, 2), (-2, 8), (4, 2, 9, 3), (1, 2, 3), (), (2, 0)),   # windows
+    ((6, 5), (7, 2), (-1, 7), (7,), (), (0, 1), (1, 0)),                 # elements
+]
+
+
+def disjoint_windows(case, mode):
+    """Start indices of SCATTER_CASES[case] whose windows never overlap (a replacing scatter is
+    defined only then: XLA leaves the order of colliding updates open); fill mode adds one
+    window out of bounds, which is dropped."""
+    g = gen("ls-disjoint", case)
+    if case == 0:  # rows of [10, 6]
+        idx = torch.randperm(10, generator=g)[:5].view(5, 1)
+        if mode == "fill":
+            idx[2, 0] = 12
+    elif case == 1:  # windows [2, 9, 3] of [8, 9, 7], starts (dim 2, dim 0)
+        d0 = torch.tensor([0, 2, 4, 6])[torch.randperm(4, generator=g)]
+        d2 = torch.randint(0, 2, (4,), generator=g) * 3
+        idx = torch.stack([d2, d0], 1)
+        if mode == "fill":
+            idx[1, 1] = 7  # 7 > 8 - 2: the window does not fit
+    else:  # elements of [6, 5], starts (dim 1, dim 0)
+        flat = torch.randperm(30, generator=g)[:7]
+        idx = torch.stack([flat % 5, flat // 5], 1)
+        if mode == "fill":
+            idx[3, 0] = -1
+    return idx.to(torch.int32)
+
+
+@pytest.mark.parametrize("case", range(len(SCATTER_CASES)))
+@pytest.mark.parametrize("mode", ["clip", "fill"])
+@pytest.mark.parametrize("kind", ["scatter", "scatter_add", "scatter_mul", "scatter_min", "scatter_max"])
+def test_lax_scatter_vs_jax(kind, case, mode):
+    jax, jnp, _ = jax_or_skip()
+    oshape, ishape, (lo, hi), ushape, win, ins, s2o = SCATTER_CASES[case]
+    x = make(oshape, torch.float32, "ls", case, lo=-3, hi=4)
+    idx32 = torch.randint(lo, hi, ishape, generator=gen("ls-i", case), dtype=torch.int32).to(DEV)
+    if kind == "scatter":
+        idx32 = disjoint_windows(case, mode).to(DEV)
+    upd = make(ushape, torch.float32, "ls-u", case, lo=-3, hi=4)
+    dn = jax.lax.ScatterDimensionNumbers(update_window_dims=win, inserted_window_dims=ins,
+                                         scatter_dims_to_operand_dims=s2o)
+    ref = from_jax(getattr(jax.lax, kind)(to_jax(x), to_jax(idx32), to_jax(upd), dn, mode=mode))
+    ours = getattr(F, "lax_" + kind)
+    for it in INDEX_DTYPES:
+        for det in (False, True):
+            same_values(ours(x, idx32.to(it), upd, dn, mode=mode, deterministic=det), ref,
+                        f"lax_{kind} {case} {mode} {it} det={det}")
+    if kind in ("scatter", "scatter_add"):
+        xg, ug = x.clone().requires_grad_(), upd.clone().requires_grad_()
+        y = ours(xg, idx32, ug, dn, mode=mode)
+        g = make(y.shape, torch.float32, "ls-g", case, lo=-4, hi=5)
+        got = torch.autograd.grad(y, (xg, ug), g)
+        _, vjp = jax.vjp(lambda a, u: getattr(jax.lax, kind)(a, to_jax(idx32), u, dn, mode=mode), to_jax(x),
+                         to_jax(upd))
+        for a, b, what in zip(got, vjp(to_jax(g)), ("operand", "updates")):
+            same_values(a, from_jax(b), f"lax_{kind} grad {what} {case} {mode}")
+
+
+def test_dynamic_slice_device_starts_vs_jax():
+    jax, jnp, _ = jax_or_skip()
+    x = randf((9, 10, 11), torch.float32, "dsl")
+    for starts in ([2, 3, 4], [-5, 8, 100], [8, 0, 11]):  # inside, clamped low and high
+        for it in INDEX_DTYPES:
+            st = torch.tensor(starts, dtype=it, device=DEV)
+            ref = from_jax(jax.lax.dynamic_slice(to_jax(x), [int(s) for s in starts], (4, 5, 6)))
+            same_values(F.dynamic_slice(x, st, (4, 5, 6)), ref, f"dynamic_slice {starts}")
+            same_values(F.dynamic_slice(x, [st[0], st[1], st[2]], (4, 5, 6)), ref, f"dynamic_slice list {starts}")
+            same_values(F.dynamic_slice(x, starts, (4, 5, 6)), ref, f"dynamic_slice host {starts}")
+            u = randf((4, 5, 6), torch.float32, "dsl-u")
+            ref = from_jax(jax.lax.dynamic_update_slice(to_jax(x), to_jax(u), [int(s) for s in starts]))
+            same_values(F.dynamic_update_slice(x, u, st), ref, f"dynamic_update_slice {starts}")
+            same_values(F.dynamic_update_slice(x, u, starts), ref, f"dynamic_update_slice host {starts}")
+    xg = x.clone().requires_grad_()
+    st = torch.tensor([-5, 8, 100], device=DEV)
+    g = randf((4, 5, 6), torch.float32, "dsl-g")
+    (gx,) = torch.autograd.grad(F.dynamic_slice(xg, st, (4, 5, 6)), xg, g)
+    _, vjp = jax.vjp(lambda a: jax.lax.dynamic_slice(a, [-5, 8, 100], (4, 5, 6)), to_jax(x))
+    same_values(gx, from_jax(vjp(to_jax(g))[0]), "dynamic_slice grad")
+
+
+def test_lax_default_fill_values():
+    x = make((4, 3), torch.int32, "lfill")
+    idx_bad = idx([[7]], torch.int32)
+    dn = {"offset_dims": (1,), "collapsed_slice_dims": (0,), "start_index_map": (0,)}
+    got = F.lax_gather(x, idx_bad, dn, (1, 3))
+    assert (got == torch.iinfo(torch.int32).min).all(), got
+    got = F.lax_gather(x.float(), idx_bad, dn, (1, 3))
+    assert torch.isnan(got).all(), got
+    got = F.lax_gather(x.to(torch.uint8), idx_bad, dn, (1, 3))
+    assert (got == 255).all(), got

@@ -21,23 +21,32 @@ using test::strided;
 
 const Target kTarget = Target::offline(90);
 
-
 bool contains_text(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 #define EXPECT_MSG(result, part) \
   EXPECT_TRUE(contains_text((result).message(), part)) << "message: " << (result).message()
 
 // ---- table and coverage ------------------------------------------------------------------------
 TEST(IndexTable, RowsAndNames) {
-  for (const char* n : {"copy",      "cat",         "stack",       "pad",
-                        "flip",      "roll",        "tile",        "repeat_interleave",
-                        "triu",      "tril",        "gather",      "index_select",
-                        "embedding", "scatter",     "scatter_add", "index_copy",
-                        "index_add", "segment_sum", "segment_max", "segment_min"}) {
+  for (const char* n : {"copy",           "cat",          "stack",        "pad",
+                        "flip",           "roll",         "tile",         "repeat_interleave",
+                        "triu",           "tril",         "gather",       "index_select",
+                        "embedding",      "scatter",      "scatter_add",  "index_copy",
+                        "index_add",      "segment_sum",  "segment_max",  "segment_min",
+                        "scatter_reduce", "segment_prod", "segment_mean", "index",
+                        "index_put",      "one_hot",      "nonzero",      "masked_select",
+                        "masked_scatter", "lax_gather",   "lax_scatter"}) {
     auto op = index_op_from_name(n);
     ASSERT_TRUE(op.has_value()) << n;
     EXPECT_STREQ(info(*op).name, n);
   }
-  EXPECT_FALSE(index_op_from_name("nonzero").has_value());
+  EXPECT_FALSE(index_op_from_name("meshgrid").has_value());
+  EXPECT_TRUE(info(IndexOp::masked_scatter).reports_errors);
+  EXPECT_FALSE(info(IndexOp::masked_scatter).takes_index);
+  EXPECT_FALSE(info(IndexOp::segment_sum).reports_errors);  // JAX drops bad ids
+  EXPECT_EQ(info(IndexOp::nonzero).engine, IndexEngine::select);
+  EXPECT_EQ(scatter_reduce_from_name("amax"), ScatterReduce::amax);
+  EXPECT_FALSE(scatter_reduce_from_name("max").has_value());
+  EXPECT_EQ(index_mode_from_name("clip"), IndexMode::clip);
   EXPECT_TRUE(info(IndexOp::gather).takes_index);
   EXPECT_FALSE(info(IndexOp::pad).takes_index);
   EXPECT_EQ(pad_mode_from_name("reflect"), PadMode::reflect);
@@ -573,6 +582,270 @@ TEST(IndexLayout, EmptyTensors) {
   EXPECT_TRUE(plan->can_implement(a).ok()) << plan->can_implement(a).message();
   EXPECT_EQ(plan->layout_for(a), "empty");
   EXPECT_TRUE(plan->run(nullptr, {}, a).ok());  // nothing launched
+}
+
+// ---- scatter_reduce, segment prod / mean ---------------------------------------------------------
+TEST(IndexReduce, PathsAndPrecision) {
+  const Shape self = Shape::of({10, 8}), idx = Shape::of({30, 8});
+  auto plan = [&](DType dt, ScatterReduce r, bool det, bool include_self = true) {
+    PlanPreference p;
+    p.require_deterministic = det;
+    return IndexPlan::select(kTarget, IndexDesc::scatter_reduce(dt, DType::s64, self, idx, idx, 0, r, include_self), p);
+  };
+  auto sum = plan(DType::f32, ScatterReduce::sum, false);
+  ASSERT_TRUE(sum.ok()) << sum.message();
+  EXPECT_FALSE(sum->sorted());
+  EXPECT_FALSE(sum->precision().deterministic);
+  EXPECT_EQ(sum->workspace_size(), 0u);
+  auto det = plan(DType::f32, ScatterReduce::prod, true);
+  EXPECT_TRUE(det->sorted());
+  EXPECT_TRUE(det->precision().deterministic);
+  EXPECT_TRUE(contains_text(det->precision().note, "products"));
+  EXPECT_GE(det->workspace_size(), 4u * 240 * 8);
+  auto mean = plan(DType::bf16, ScatterReduce::mean, false);  // always sorted: the run is the count
+  EXPECT_TRUE(mean->sorted());
+  EXPECT_EQ(mean->precision().accumulator, DType::f32);
+  auto amax = plan(DType::f64, ScatterReduce::amax, true);  // order-independent: atomic even so
+  EXPECT_FALSE(amax->sorted());
+  EXPECT_TRUE(amax->precision().deterministic);
+  EXPECT_TRUE(contains_text(amax->sku().epilogue, "reduce=amax"));
+  auto small = plan(DType::s8, ScatterReduce::amin, false);  // no 8-bit atomics
+  ASSERT_TRUE(small.ok()) << small.message();
+  EXPECT_TRUE(small->sorted());
+  EXPECT_TRUE(contains_text(plan(DType::u8, ScatterReduce::sum, false, false)->sku().epilogue, "include_self=false"));
+  auto seg = IndexPlan::select(kTarget, IndexDesc::segment(DType::f32, DType::s32, self, 4, IndexOp::segment_mean));
+  ASSERT_TRUE(seg.ok()) << seg.message();
+  EXPECT_TRUE(seg->sorted());
+  auto prod = IndexPlan::select(kTarget, IndexDesc::segment(DType::s64, DType::s32, self, 4, IndexOp::segment_prod));
+  EXPECT_FALSE(prod->sorted());
+
+  auto r = IndexPlan::select(kTarget,
+                             IndexDesc::scatter_reduce(DType::f32, DType::s64, self, idx, idx, 0, ScatterReduce::none));
+  EXPECT_EQ(r.status(), Status::InvalidProblem);
+  EXPECT_MSG(r, "scatter_reduce: reduce expected sum, prod, mean, amax or amin, got none");
+  r = IndexPlan::select(kTarget,
+                        IndexDesc::scatter_reduce(DType::c64, DType::s64, self, idx, idx, 0, ScatterReduce::sum));
+  EXPECT_EQ(r.status(), Status::Unsupported);
+  EXPECT_MSG(r, "scatter_reduce: dtype expected one of {");
+}
+
+TEST(IndexReduce, Layouts) {
+  auto p = IndexPlan::select(kTarget,
+                             IndexDesc::scatter_reduce(DType::f32, DType::s64, Shape::of({10, 8}), Shape::of({30, 8}),
+                                                       Shape::of({30, 8}), 0, ScatterReduce::amax, false));
+  ASSERT_TRUE(p.ok());
+  IndexArgs a;
+  a.x = ref_of(0, DType::f32, Layout::contiguous({10, 8}));
+  a.src = ref_of(1, DType::f32, Layout::contiguous({30, 8}));
+  a.index = ref_of(2, DType::s64, Layout::contiguous({30, 8}));
+  a.out = mut_of(3, DType::f32, Layout::contiguous({10, 8}));
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  EXPECT_EQ(p->layout_for(a), "scatter-atomic");
+  a.out = mut_of(0, DType::f32, Layout::contiguous({10, 8}));  // in place
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+}
+
+// ---- advanced indexing, one_hot -------------------------------------------------------------------
+TEST(IndexAdvanced, DescriptorsAndArgs) {
+  const IndexDesc g = IndexDesc::index(DType::bf16, DType::s64, Shape::of({1000, 64, 4096}), Shape::of({7, 3}), 2);
+  EXPECT_EQ(g.out_shape, Shape::of({7, 3, 4096}));
+  auto plan = IndexPlan::select(kTarget, g);
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  EXPECT_GE(plan->workspace_size(), 21u * 8);                                    // the linearized offsets
+  std::vector<TensorRef> ids = {ref_of(1, DType::s64, strided({7, 3}, {1, 0})),  // broadcast views
+                                ref_of(2, DType::s64, strided({7, 3}, {0, 1}))};
+  IndexArgs a;
+  a.x = ref_of(0, DType::bf16, Layout::contiguous({1000, 64, 4096}));
+  a.indices = ids;
+  a.out = mut_of(3, DType::bf16, Layout::contiguous({7, 3, 4096}));
+  EXPECT_TRUE(plan->can_implement(a).ok()) << plan->can_implement(a).message();
+  EXPECT_EQ(plan->layout_for(a), "linearize+gather-rows-16B");  // rows of 4096 bf16 widen to 16-byte words
+  IndexArgs b = a;
+  std::vector<TensorRef> one = {ids[0]};
+  b.indices = one;
+  EXPECT_MSG(plan->can_implement(b), "index: indices expected 2 tensors, got 1");
+  b = a;
+  b.index = ids[0];
+  EXPECT_MSG(plan->can_implement(b), "index given but index reads `indices`");
+  std::vector<TensorRef> wrong = {ids[0], ref_of(2, DType::s32, strided({7, 3}, {0, 1}))};
+  b = a;
+  b.indices = wrong;
+  EXPECT_MSG(plan->can_implement(b), "index: indices[1] dtype expected int64, got int32");
+
+  auto r = IndexPlan::select(kTarget, IndexDesc::index(DType::f32, DType::s64, Shape::of({4, 5}), Shape::of({3}), 3));
+  EXPECT_MSG(r, "index: index tensors expected 1..2 (one per leading dim), got 3");
+  r = IndexPlan::select(
+      kTarget, IndexDesc::index(DType::f32, DType::s64, Shape::of({4, 5, 6}), Shape::of({1, 1, 1, 1, 1, 1, 1}), 1));
+  EXPECT_MSG(r, "expected <= 8");
+
+  const IndexDesc put =
+      IndexDesc::index_put(DType::f32, DType::s32, Shape::of({10, 8}), Shape::of({5}), 1, /*accumulate=*/false);
+  EXPECT_EQ(put.src_shape, Shape::of({5, 8}));
+  auto pp = IndexPlan::select(kTarget, put);
+  ASSERT_TRUE(pp.ok()) << pp.message();
+  std::vector<TensorRef> pid = {ref_of(1, DType::s32, Layout::contiguous({5}))};
+  IndexArgs c;
+  c.x = ref_of(0, DType::f32, Layout::contiguous({10, 8}));
+  c.indices = pid;
+  c.src = ref_of(2, DType::f32, strided({5, 8}, {0, 1}));  // a broadcast value row
+  c.out = mut_of(3, DType::f32, Layout::contiguous({10, 8}));
+  EXPECT_TRUE(pp->can_implement(c).ok()) << pp->can_implement(c).message();
+  EXPECT_EQ(pp->layout_for(c), "linearize+scatter-copy");
+  PlanPreference det;
+  det.require_deterministic = true;
+  EXPECT_EQ(IndexPlan::select(kTarget, put, det)->layout_for(c), "linearize+scatter-sorted-copy");
+  auto acc = IndexPlan::select(
+      kTarget, IndexDesc::index_put(DType::c64, DType::s32, Shape::of({10, 8}), Shape::of({5}), 1, true));
+  EXPECT_EQ(acc.status(), Status::Unsupported);
+  EXPECT_MSG(acc, "index_put: accumulate=true expects dtype one of {");
+  EXPECT_TRUE(
+      IndexPlan::select(kTarget, IndexDesc::index_put(DType::c64, DType::s32, Shape::of({10, 8}), Shape::of({5}), 1,
+                                                      false))
+          .ok());  // assignments move bytes of any dtype
+}
+
+TEST(IndexAdvanced, OneHot) {
+  const IndexDesc d = IndexDesc::one_hot(DType::s64, DType::s64, Shape::of({4, 5}), 10);
+  EXPECT_EQ(d.out_shape, Shape::of({4, 5, 10}));
+  auto p = IndexPlan::select(kTarget, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->sku().dtypes, "int64->int64");
+  IndexArgs a;
+  a.index = ref_of(0, DType::s64, Layout::contiguous({4, 5}));
+  a.out = mut_of(1, DType::s64, Layout::contiguous({4, 5, 10}));
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  EXPECT_EQ(p->layout_for(a), "one-hot");
+  a.x = ref_of(2, DType::s64, Layout::contiguous({4, 5}));
+  EXPECT_MSG(p->can_implement(a), "x given but one_hot reads `index` only");
+  EXPECT_MSG(IndexPlan::select(kTarget, IndexDesc::one_hot(DType::s64, DType::s64, Shape::of({4}), -1)),
+             "num_classes expected >= 0");
+}
+
+// ---- the select engine ---------------------------------------------------------------------------
+TEST(IndexSelectEngine, PhasesAndArgs) {
+  const Shape s = Shape::of({3, 5000});
+  auto p = IndexPlan::select(kTarget, IndexDesc::nonzero(DType::f32, s, 100));
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->sku().dtypes, "float32->int64");
+  EXPECT_GE(p->workspace_size(), 2u * 4 * 8);  // tile counts and offsets (15000 elements = 4 tiles)
+  IndexArgs a;
+  a.x = ref_of(0, DType::f32, Layout::contiguous({3, 5000}));
+  a.out = mut_of(1, DType::s64, Layout::contiguous({100, 2}));
+  a.count = mut_of(2, DType::s64, Layout::contiguous({1}));
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  EXPECT_EQ(p->layout_for(a), "select-tiles");
+  IndexArgs b = a;
+  b.count.dtype = DType::s32;
+  EXPECT_MSG(p->can_implement(b), "count expected a non-null int64 tensor of one element");
+  b = a;
+  b.count.data = fake_ptr(1, 8);
+  EXPECT_MSG(p->can_implement(b), "count overlaps out");
+  b = a;
+  b.out.layout = Layout::contiguous({100, 3});
+  EXPECT_MSG(p->can_implement(b), "nonzero: out shape expected [100, 2], got [100, 3]");
+
+  auto count = IndexPlan::select(kTarget, IndexDesc::nonzero(DType::f32, s, 0, -1, SelectPhase::count));
+  ASSERT_TRUE(count.ok());
+  EXPECT_EQ(count->workspace_size(), p->workspace_size());  // the write phase reuses the count's workspace
+  EXPECT_MSG(count->can_implement(a), "out given to the count phase");
+  IndexArgs c = a;
+  c.out = TensorMut{};
+  EXPECT_TRUE(count->can_implement(c).ok()) << count->can_implement(c).message();
+
+  EXPECT_MSG(IndexPlan::select(kTarget, IndexDesc::nonzero(DType::f32, s, -1)), "max_count expected >= 0");
+
+  auto ms = IndexPlan::select(kTarget, IndexDesc::masked_scatter(DType::bf16, s, Shape::of({20})));
+  ASSERT_TRUE(ms.ok()) << ms.message();
+  IndexArgs m;
+  m.x = ref_of(0, DType::bf16, Layout::contiguous({3, 5000}));
+  m.mask = ref_of(1, DType::b8, strided({3, 5000}, {0, 1}));  // a broadcast mask row
+  m.src = ref_of(2, DType::bf16, Layout::contiguous({20}));
+  m.out = mut_of(0, DType::bf16, Layout::contiguous({3, 5000}));  // in place
+  EXPECT_TRUE(ms->can_implement(m).ok()) << ms->can_implement(m).message();
+  IndexArgs n = m;
+  n.mask.dtype = DType::u8;
+  EXPECT_MSG(ms->can_implement(n), "masked_scatter: mask dtype expected bool, got uint8");
+  n = m;
+  n.count = mut_of(3, DType::s64, Layout::contiguous({1}));
+  EXPECT_MSG(ms->can_implement(n), "count given but masked_scatter writes none");
+  n = m;
+  n.error = mut_of(3, DType::s32, Layout::contiguous({1}));
+  EXPECT_TRUE(ms->can_implement(n).ok());  // a source too short is reported
+}
+
+// ---- lax.gather / lax.scatter ----------------------------------------------------------------------
+TEST(IndexLax, GatherShapesAndRefusals) {
+  // jnp's x[ids] on [N, D] with ids [B, 1]: offset_dims (1,), collapsed (0,), start_index_map (0,)
+  const int off[] = {1}, coll[] = {0}, map[] = {0};
+  const int64_t sizes[] = {1, 64};
+  const IndexDesc d = IndexDesc::lax_gather(DType::f32, DType::s32, Shape::of({100, 64}), Shape::of({7, 1}),
+                                            GatherDims{off, coll, map, -1}, sizes);
+  EXPECT_EQ(d.out_shape, Shape::of({7, 64}));
+  EXPECT_EQ(d.index_vector_dim, 1);
+  auto p = IndexPlan::select(kTarget, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_TRUE(contains_text(p->sku().epilogue, "mode=fill"));
+  IndexArgs a;
+  a.x = ref_of(0, DType::f32, Layout::contiguous({100, 64}));
+  a.index = ref_of(1, DType::s32, Layout::contiguous({7, 1}));
+  a.out = mut_of(2, DType::f32, Layout::contiguous({7, 64}));
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  EXPECT_EQ(p->layout_for(a), "linearize+gather-16B-i64");  // offsets in 4-float units: 16-byte words
+  const int64_t wide_rows[] = {1, 128};                     // 32 words a row: a warp per row
+  auto rows =
+      IndexPlan::select(kTarget, IndexDesc::lax_gather(DType::f32, DType::s32, Shape::of({100, 128}), Shape::of({7, 1}),
+                                                       GatherDims{off, coll, map, -1}, wide_rows));
+  ASSERT_TRUE(rows.ok()) << rows.message();
+  a.x.layout = Layout::contiguous({100, 128});
+  a.out.layout = Layout::contiguous({7, 128});
+  EXPECT_EQ(rows->layout_for(a), "linearize+gather-rows-16B");
+
+  // dynamic_slice's form: indices [2] (no batch dims), every dim an offset dim
+  const int off2[] = {0, 1}, map2[] = {0, 1};
+  const int64_t win[] = {3, 5};
+  const IndexDesc ds = IndexDesc::lax_gather(DType::bf16, DType::s64, Shape::of({10, 20}), Shape::of({2}),
+                                             GatherDims{off2, {}, map2, -1}, win, IndexMode::clip);
+  EXPECT_EQ(ds.out_shape, Shape::of({3, 5}));
+  EXPECT_TRUE(IndexPlan::select(kTarget, ds).ok());
+
+  const int64_t big[] = {1, 65};
+  auto r = IndexPlan::select(kTarget, IndexDesc::lax_gather(DType::f32, DType::s32, Shape::of({100, 64}),
+                                                            Shape::of({7, 1}), GatherDims{off, coll, map, -1}, big));
+  EXPECT_MSG(r, "lax_gather: slice_sizes[1]=65 expected in [0, 64]");
+  const int map_bad[] = {0, 1};
+  r = IndexPlan::select(kTarget, IndexDesc::lax_gather(DType::f32, DType::s32, Shape::of({100, 64}), Shape::of({7, 1}),
+                                                       GatherDims{off, coll, map_bad, -1}, sizes));
+  EXPECT_MSG(r, "start_index_map expected indices.shape[1]=1 entries, got 2");
+  const int off_bad[] = {1, 0};
+  r = IndexPlan::select(kTarget, IndexDesc::lax_gather(DType::f32, DType::s32, Shape::of({100, 64}), Shape::of({7, 1}),
+                                                       GatherDims{off_bad, {}, map, -1}, sizes));
+  EXPECT_MSG(r, "offset_dims [1, 0] expected strictly increasing entries");
+  const int64_t wide[] = {2, 64};
+  r = IndexPlan::select(kTarget, IndexDesc::lax_gather(DType::f32, DType::s32, Shape::of({100, 64}), Shape::of({7, 1}),
+                                                       GatherDims{off, coll, map, -1}, wide));
+  EXPECT_MSG(r, "collapsed dim 0 expected slice size <= 1, got 2");
+}
+
+TEST(IndexLax, ScatterRefusals) {
+  const int win[] = {1}, ins[] = {0}, map[] = {0};
+  const ScatterDims dims{win, ins, map, -1};
+  auto ok = IndexPlan::select(kTarget,
+                              IndexDesc::lax_scatter(DType::f32, DType::s32, Shape::of({100, 64}), Shape::of({7, 1}),
+                                                     Shape::of({7, 64}), dims, ScatterReduce::amax, IndexMode::clip));
+  ASSERT_TRUE(ok.ok()) << ok.message();
+  auto r =
+      IndexPlan::select(kTarget, IndexDesc::lax_scatter(DType::f32, DType::s32, Shape::of({100, 64}), Shape::of({7, 1}),
+                                                        Shape::of({6, 64}), dims, ScatterReduce::sum));
+  EXPECT_MSG(r, "updates.shape[0]=6 expected indices.shape[0]=7 (a scatter dim)");
+  r = IndexPlan::select(kTarget, IndexDesc::lax_scatter(DType::f32, DType::s32, Shape::of({100, 64}), Shape::of({7, 1}),
+                                                        Shape::of({7, 65}), dims, ScatterReduce::sum));
+  EXPECT_MSG(r, "updates window along operand dim 1 is 65, expected <= 64");
+  r = IndexPlan::select(kTarget, IndexDesc::lax_scatter(DType::f32, DType::s32, Shape::of({100, 64}), Shape::of({7, 1}),
+                                                        Shape::of({7, 64}), dims, ScatterReduce::mean));
+  EXPECT_MSG(r, "lax_scatter: reduce expected none, sum, prod, amax or amin, got mean");
+  r = IndexPlan::select(kTarget, IndexDesc::lax_scatter(DType::b8, DType::s32, Shape::of({100, 64}), Shape::of({7, 1}),
+                                                        Shape::of({7, 64}), dims, ScatterReduce::sum));
+  EXPECT_MSG(r, "lax_scatter: reduce=sum expects dtype one of {");
 }
 
 }  // namespace

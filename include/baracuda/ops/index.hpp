@@ -1,14 +1,17 @@
 // The indexing, shape, embedding and segment family (OPS.md L, M, N, S; issue 6): strided copy
 // (contiguous / permute / transpose / expand / slice write), cat, stack, pad (four modes, with
-// backward), flip, roll, tile, repeat_interleave, triu/tril; gather, index_select, embedding (with backward);
-// scatter (assign), scatter_add, index_copy, index_add, segment_sum/max/min with s32 or s64 indices.
+// backward), flip, roll, tile, repeat_interleave, triu/tril; gather, index_select, embedding (with
+// backward), advanced indexing (index, index_put), one_hot, lax.gather; scatter (assign),
+// scatter_add, scatter_reduce (sum, prod, mean, amax, amin; include_self), index_copy, index_add,
+// lax.scatter, segment_sum/max/min/prod/mean with s32 or s64 indices; nonzero, masked_select,
+// masked_scatter.
 //
 //   auto desc = IndexDesc::index_select(DType::bf16, DType::s64, Shape::of({50000, 4096}), 16384, 0);
 //   auto plan = IndexPlan::select(Target::current().value(), desc);
 //   IndexArgs a; a.x = weight; a.index = ids; a.out = rows; a.error = flag;   // flag: int32 [1]
 //   plan->run(stream, Workspace{ws, plan->workspace_size()}, a);
 //
-// Three engines, one per sub-family (index_ops.def names each op's engine):
+// Four engines, one per sub-family (index_ops.def names each op's engine):
 //  - copy: every output element reads at most one input element through a per-dim coordinate
 //    map (identity with offset, flip, roll, reflect, replicate, circular, tile; out-of-range
 //    coordinates take a fill value; triu/tril zero a triangle). Kernels move bytes (one per
@@ -16,20 +19,30 @@
 //    elements, pad's forward writes 16-byte chunks along the padded rows, and a copy whose
 //    innermost axis changes goes through a shared-memory tiled transpose.
 //  - gather: output slice l reads the input slice the index names (gather, index_select,
-//    embedding): byte movers too; rows of >= 32 words move a warp per row, and torch.gather
-//    along a unit-stride source dim stages each source line in shared memory.
-//  - scatter: output slice key(l) accumulates input slice l (sum, max, min) or takes it (assign,
-//    byte movers). Sums and assignments have two
-//    implementations: atomics (default; rows of >= 8 elements by lane groups that combine runs
-//    of equal indices before their atomics), or, when PlanPreference::require_deterministic or
-//    require_bit_stable is set, a stable radix sort of the destinations followed by one thread
-//    per (destination, element) summing its sources in index order (bit-identical run to run).
+//    embedding, index, lax_gather, one_hot): byte movers too; rows of >= 32 words move a warp per
+//    row, and torch.gather along a unit-stride source dim stages each source line in shared memory.
+//  - scatter: output slice key(l) accumulates input slice l (sum, prod, mean, max, min) or takes
+//    it (assign, byte movers). Sums, products and assignments have two implementations: atomics
+//    (default; rows of >= 8 elements by lane groups that combine runs of equal indices before
+//    their atomics), or, when PlanPreference::require_deterministic or require_bit_stable is set,
+//    a stable radix sort of the destinations followed by one thread per (destination, element)
+//    reducing its sources in index order (bit-identical run to run). Means and the 8/16-bit
+//    integer reductions always take the sorted path (the run length is the mean's count; there
+//    are no atomics of those widths); max / min are always atomic (order-independent).
+//  - select: nonzero / masked_select / masked_scatter in two passes over the mask (per-tile
+//    counts, an exclusive scan of them, then each tile rescanned and written at its offset). The
+//    number of selected elements goes to IndexArgs::count (a device int64): run() never reads it.
 //
-// Out-of-range indices (and negative ones, except for JAX-style segment ops which drop them as
-// JAX does) are never dereferenced: the element is skipped (gather writes zero) and, when
-// IndexArgs::error is given (a device int32 scalar the caller zeroes), the kernel stores 1 there.
-// The plan never reads the flag back: checking it is the caller's choice (torch's asynchronous
-// device-side assert semantics; the Python layer checks it after the call by default).
+// Several index tensors (index / index_put: one per leading dim; lax ops: the components of the
+// start vectors) are first linearized, by one small kernel, into one int64 element offset per
+// slice (workspace); the gather and scatter engines then read those offsets.
+//
+// Out-of-range indices (and negative ones, except where torch wraps them: index, index_put; and
+// JAX-style segment ops, which drop them as JAX does) are never dereferenced: the element is
+// skipped (gather writes zero) and, when IndexArgs::error is given (a device int32 scalar the
+// caller zeroes), the kernel stores 1 there. The plan never reads the flag back: checking it is
+// the caller's choice (torch's asynchronous device-side assert semantics; the Python layer checks
+// it after the call by default).
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -55,7 +68,7 @@ enum class IndexOp : uint8_t {
 #undef BARACUDA_INDEX
 };
 
-enum class IndexEngine : uint8_t { copy, gather, scatter };
+enum class IndexEngine : uint8_t { copy, gather, scatter, select };
 
 /// One row of index_ops.def.
 struct IndexOpInfo {
@@ -65,6 +78,7 @@ struct IndexOpInfo {
   DTypeSet fw_dtypes;
   DTypeSet bw_dtypes;  ///< 0: no backward plan (composed from forward ops in Python)
   bool takes_index;
+  bool reports_errors;  ///< may set IndexArgs::error (see the table's `flag` column)
 };
 
 std::span<const IndexOpInfo> index_ops();
@@ -76,26 +90,87 @@ enum class PadMode : uint8_t { constant, reflect, replicate, circular };
 const char* to_string(PadMode m);
 std::optional<PadMode> pad_mode_from_name(std::string_view name);
 
+/// torch.scatter_reduce's reductions, which lax.scatter shares (sum = scatter_add, prod =
+/// scatter_mul, amax / amin = scatter_max / scatter_min); `none` is lax.scatter's replacement.
+/// amax / amin: NaN wins (torch and XLA propagate it).
+enum class ScatterReduce : uint8_t { sum, prod, mean, amax, amin, none };
+const char* to_string(ScatterReduce r);
+std::optional<ScatterReduce> scatter_reduce_from_name(std::string_view name);
+
+/// How index tensors outside the indexed operand are treated (index, index_put, lax_gather,
+/// lax_scatter). `clip` and `fill` are JAX's GatherScatterMode; `check` is torch's advanced
+/// indexing.
+enum class IndexMode : uint8_t {
+  clip,   ///< JAX CLIP: each start is clamped to [0, size - window]
+  fill,   ///< JAX FILL_OR_DROP: a window not wholly inside: gather writes `value`, scatter drops it
+  check,  ///< torch: negative indices count from the end; still out of range: the error flag is
+          ///< set and the slice skipped (gather writes zeros)
+};
+const char* to_string(IndexMode m);
+std::optional<IndexMode> index_mode_from_name(std::string_view name);
+
+/// nonzero / masked_select: which passes run() makes. `all` counts, scans and writes in one call
+/// (when the caller bounds the output: torch.nonzero_static, or masked_scatter); `count` stops
+/// after the scan (writes IndexArgs::count; no output), so the caller can size the output;
+/// `write` reuses the tile counts and offsets a `count` run of the same plan left in the same
+/// workspace over the same input (the two-call protocol behind torch.nonzero's exact-size result).
+enum class SelectPhase : uint8_t { all, count, write };
+
+/// jax.lax.GatherDimensionNumbers (and XLA's index_vector_dim; JAX always uses the last dim).
+/// operand_batching_dims are not supported.
+struct GatherDims {
+  std::span<const int> offset_dims;           ///< output dims holding the slice (sorted)
+  std::span<const int> collapsed_slice_dims;  ///< operand dims of slice size 1 dropped from the output (sorted)
+  std::span<const int> start_index_map;       ///< operand dim of each start component
+  int index_vector_dim = -1;                  ///< dim of the indices holding the start vectors (-1: the last)
+};
+
+/// jax.lax.ScatterDimensionNumbers (and XLA's index_vector_dim).
+struct ScatterDims {
+  std::span<const int> update_window_dims;            ///< updates dims of the window (sorted)
+  std::span<const int> inserted_window_dims;          ///< operand dims the window omits (size 1; sorted)
+  std::span<const int> scatter_dims_to_operand_dims;  ///< operand dim of each start component
+  int index_vector_dim = -1;
+};
+
 struct IndexDesc {
   IndexOp op = IndexOp::copy;
   Direction direction = Direction::Forward;
-  DType dtype = DType::f32;        ///< every data tensor (x, src, inputs, out)
+  DType dtype = DType::f32;        ///< every data tensor (x, src, inputs, out; nonzero's out is int64)
   DType index_dtype = DType::s64;  ///< s32 or s64 (ops that read an index)
-  Shape in_shape{};     ///< x: copy input, gather source, scatter self / data, embedding weight (fw) or dy (bw)
+  Shape in_shape{};     ///< x: copy input, gather source, scatter self / data, embedding weight (fw) or dy (bw),
+                        ///< index / lax_gather operand, nonzero / masked input (one_hot: none, rank 0)
   Shape out_shape{};    ///< derived by the factories below
-  Shape index_shape{};  ///< ops with an index
-  Shape src_shape{};    ///< scatter_add / index_add: the source
+  Shape index_shape{};  ///< ops with an index (index / index_put: every index tensor's shape)
+  Shape src_shape{};    ///< scatter sources: scatter_add / index_add / scatter_reduce src, index_put values,
+                        ///< lax_scatter updates, masked_scatter source
   int dim = 0;          ///< cat/stack/gather/index_select/scatter_add/index_add: the axis (>= 0)
   int num_inputs = 0;   ///< cat/stack
   PadMode pad_mode = PadMode::constant;
-  std::array<int64_t, 2 * kMaxRank> pad{};  ///< (before, after) per dim of in_shape, in dim order
-  double value = 0;                         ///< constant pad's fill
-  std::array<int64_t, kMaxRank> shifts{};   ///< roll: shift per dim (any sign)
-  std::array<int64_t, kMaxRank> repeats{};  ///< tile: repetitions per dim; repeat_interleave: repeats[dim]
-  uint32_t flip_dims = 0;                   ///< flip: bit d set = dim d reversed
-  int64_t diagonal = 0;                     ///< triu/tril (the last two dims)
-  int64_t padding_idx = -1;                 ///< embedding: row whose gradient stays zero (-1: none)
-  int64_t num_segments = 0;                 ///< segment ops
+  std::array<int64_t, 2 * kMaxRank> pad{};    ///< (before, after) per dim of in_shape, in dim order
+  double value = 0;                           ///< constant pad's fill; lax_gather fill mode's fill_value
+  int64_t fill_index = -1;                    ///< nonzero: the value of the rows past the count
+  std::array<int64_t, kMaxRank> shifts{};     ///< roll: shift per dim (any sign)
+  std::array<int64_t, kMaxRank> repeats{};    ///< tile: repetitions per dim; repeat_interleave: repeats[dim]
+  uint32_t flip_dims = 0;                     ///< flip: bit d set = dim d reversed
+  int64_t diagonal = 0;                       ///< triu/tril (the last two dims)
+  int64_t padding_idx = -1;                   ///< embedding: row whose gradient stays zero (-1: none)
+  int64_t num_segments = 0;                   ///< segment ops; one_hot: num_classes
+  ScatterReduce reduce = ScatterReduce::sum;  ///< scatter_reduce, lax_scatter
+  bool include_self = true;                   ///< scatter_reduce: self takes part in the reduction
+  bool accumulate = false;                    ///< index_put
+  IndexMode mode = IndexMode::check;          ///< index, index_put (check only), lax_gather, lax_scatter
+  SelectPhase phase = SelectPhase::all;       ///< nonzero, masked_select
+  int num_indices = 0;  ///< index / index_put: index tensors (one per leading dim of x); lax ops: start components
+  std::array<int8_t, kMaxRank>
+      start_index_map{};    ///< lax_gather start_index_map / lax_scatter scatter_dims_to_operand_dims
+  int num_offset_dims = 0;  ///< lax ops: entries of offset_dims
+  std::array<int8_t, kMaxRank> offset_dims{};  ///< lax_gather offset_dims / lax_scatter update_window_dims
+  int num_collapsed_dims = 0;                  ///< lax ops: entries of collapsed_dims
+  std::array<int8_t, kMaxRank>
+      collapsed_dims{};                         ///< lax_gather collapsed_slice_dims / lax_scatter inserted_window_dims
+  int index_vector_dim = 0;                     ///< lax ops (normalized: >= 0)
+  std::array<int64_t, kMaxRank> slice_sizes{};  ///< lax_gather
 
   /// x -> out of the same shape (contiguous, permute/transpose copies, expand, slice write: the
   /// views carry the strides).
@@ -140,16 +215,62 @@ struct IndexDesc {
   /// -> out [num_segments, ...]; ids outside [0, num_segments) are dropped (JAX), empty segments
   /// get the reduction's identity (0, -inf / +inf, the integer extremes).
   static IndexDesc segment(DType dt, DType it, const Shape& data_shape, int64_t num_segments, IndexOp op);
+  /// torch.scatter_reduce(self, dim, index, src, reduce, include_self) (shapes as scatter_add;
+  /// reduce none is refused). include_self=false: every destination an index names starts from
+  /// the reduction's identity instead of self (mean: counts only the sources); the others keep
+  /// self. mean of integers rounds toward -inf, as torch.
+  static IndexDesc scatter_reduce(DType dt, DType it, const Shape& self_shape, const Shape& index_shape,
+                                  const Shape& src_shape, int dim, ScatterReduce reduce, bool include_self = true);
+  /// torch advanced indexing read, x[i_0, ..., i_{k-1}] with k = num_indices index tensors over the
+  /// leading dims of x, each of `index_shape` (broadcast views): out = [*index_shape, *x.shape[k:]].
+  /// Negative indices count from the end (IndexMode::check).
+  static IndexDesc index(DType dt, DType it, const Shape& x_shape, const Shape& index_shape, int num_indices);
+  /// torch.index_put(self, (i_0, ..., i_{k-1}), values, accumulate): src = values of shape
+  /// [*index_shape, *self.shape[k:]] (broadcast views); out may be self itself. Duplicates without
+  /// accumulate: as scatter (unspecified winner, or the last in index order when deterministic).
+  static IndexDesc index_put(DType dt, DType it, const Shape& self_shape, const Shape& index_shape, int num_indices,
+                             bool accumulate);
+  /// torch.nn.functional.one_hot: out [*index_shape, num_classes] of `dt` (1 at the class, 0
+  /// elsewhere; torch's is int64). Classes outside [0, num_classes) set the error flag and leave
+  /// their row zero. num_classes is fixed here: the caller finds max + 1 when it wants torch's -1.
+  static IndexDesc one_hot(DType dt, DType it, const Shape& index_shape, int64_t num_classes);
+  /// torch.nonzero / nonzero_static: out int64 [max_count, x.rank] gets the coordinates of the
+  /// first min(count, max_count) nonzero elements of x (dtype dt) in row-major order, rows past
+  /// the count get `fill`; IndexArgs::count gets the count. Floats: -0 is zero, NaN is not.
+  static IndexDesc nonzero(DType dt, const Shape& shape, int64_t max_count, int64_t fill = -1,
+                           SelectPhase phase = SelectPhase::all);
+  /// torch.masked_select with x and mask of `shape` (broadcast views): out [max_count] gets the
+  /// selected elements in row-major order (rows past the count are left as they are).
+  static IndexDesc masked_select(DType dt, const Shape& shape, int64_t max_count, SelectPhase phase = SelectPhase::all);
+  /// torch.masked_scatter(self, mask, source): out = self with its masked elements (row-major
+  /// order) replaced by source's first elements (source: any shape, read in row-major order; too
+  /// few elements set the error flag and leave the rest of self). out may be self itself.
+  static IndexDesc masked_scatter(DType dt, const Shape& shape, const Shape& source_shape);
+  /// jax.lax.gather(operand, start_indices, dims, slice_sizes, mode, fill_value): the output
+  /// shape derives from the dimension numbers (XLA's rules, checked by select()).
+  static IndexDesc lax_gather(DType dt, DType it, const Shape& operand_shape, const Shape& indices_shape,
+                              const GatherDims& dims, std::span<const int64_t> slice_sizes,
+                              IndexMode mode = IndexMode::fill, double fill_value = 0);
+  /// jax.lax.scatter / scatter_add / scatter_mul / scatter_min / scatter_max (reduce none / sum /
+  /// prod / amin / amax; mean refused): out = operand with the updates applied. out may be the
+  /// operand itself.
+  static IndexDesc lax_scatter(DType dt, DType it, const Shape& operand_shape, const Shape& indices_shape,
+                               const Shape& updates_shape, const ScatterDims& dims, ScatterReduce reduce,
+                               IndexMode mode = IndexMode::fill);
 };
 
 /// Per-call tensors (which ones an op reads: see IndexDesc's factories; unused ones stay
 /// default-constructed and are refused when given).
 struct IndexArgs {
-  TensorRef x;                        ///< main input (see IndexDesc::in_shape)
-  TensorRef src;                      ///< scatter_add / index_add source
-  TensorRef index;                    ///< s32 or s64
-  std::span<const TensorRef> inputs;  ///< cat / stack
+  TensorRef x;      ///< main input (see IndexDesc::in_shape)
+  TensorRef src;    ///< scatter sources (scatter_add / index_add / scatter_reduce / index_put values / lax updates /
+                    ///< masked_scatter source)
+  TensorRef index;  ///< s32 or s64
+  std::span<const TensorRef> inputs;   ///< cat / stack
+  std::span<const TensorRef> indices;  ///< index / index_put: one index tensor per leading dim of x
+  TensorRef mask;                      ///< masked_select / masked_scatter: bool, x's shape
   TensorMut out;
+  TensorMut count;  ///< nonzero / masked_select: int64, one element: the number selected (optional)
   TensorMut error;  ///< optional int32 scalar: set to 1 on an out-of-range index
 };
 
@@ -162,7 +283,9 @@ class IndexPlan {
   /// inputs, or, for max, the result does not depend on the order); vectorized=Forbid disables
   /// the widening of contiguous runs and shows in the layout.
   static Result<IndexPlan> select(const Target& target, const IndexDesc& desc, const PlanPreference& pref = {});
-  /// Sorted scatter: keys, positions and the radix sort's scratch; 0 otherwise.
+  /// Linearized index offsets (index, index_put, lax ops), the sorted scatter's keys, positions
+  /// and radix sort scratch, the select engine's tile counts, offsets and scan scratch; 0 for
+  /// the rest.
   size_t workspace_size() const { return workspace_bytes_; }
   Result<void> can_implement(const IndexArgs& args) const;
   /// Enqueues on `stream`; never allocates, synchronizes or reads the error flag.
@@ -174,8 +297,9 @@ class IndexPlan {
   /// The kernel run() takes for these tensors, e.g. "strided-copy-16B-i32", "mapped-copy-4B-i64",
   /// "mapped-rows-2B-i32" (pad), "fill-16B-i32", "tiled-transpose-2B-words", "pad-backward",
   /// "gather-16B-i32", "gather-rows-16B", "gather-staged-2B", "scatter-atomic",
-  /// "scatter-atomic-rows", "scatter-sorted", "scatter-copy", "scatter-sorted-copy", "empty" (cat
-  /// and stack join the variants of their copies with '+').
+  /// "scatter-atomic-rows", "scatter-sorted", "scatter-copy", "scatter-sorted-copy", "one-hot",
+  /// "select-tiles", "empty" (cat and stack join the variants of their copies with '+'; ops that
+  /// linearize their indices first prefix "linearize+").
   std::string layout_for(const IndexArgs& args) const;
 
  private:
@@ -183,6 +307,7 @@ class IndexPlan {
   KernelSku sku_;
   size_t workspace_bytes_ = 0;
   bool sorted_ = false;
+  bool linearized_ = false;  ///< index tensors linearized into workspace offsets first
   bool allow_vectorized_ = true;
 };
 

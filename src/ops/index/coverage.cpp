@@ -52,6 +52,35 @@ IndexDesc probe_of(IndexOp op, DType dt, DType it, Direction dir) {
       return IndexDesc::segment(dt, it, s, 3, IndexOp::segment_min);
     case IndexOp::repeat_interleave:
       return IndexDesc::repeat_interleave(dt, s, 3, 1);
+    case IndexOp::scatter_reduce:
+      return IndexDesc::scatter_reduce(dt, it, s, Shape::of({4, 3}), s, 1, ScatterReduce::amax);
+    case IndexOp::segment_prod:
+      return IndexDesc::segment(dt, it, s, 3, IndexOp::segment_prod);
+    case IndexOp::segment_mean:
+      return IndexDesc::segment(dt, it, s, 3, IndexOp::segment_mean);
+    case IndexOp::index:
+      return IndexDesc::index(dt, it, s, Shape::of({5}), 1);
+    case IndexOp::index_put:
+      return IndexDesc::index_put(dt, it, s, Shape::of({5}), 2, false);
+    case IndexOp::one_hot:
+      return IndexDesc::one_hot(dt, it, Shape::of({4}), 8);
+    case IndexOp::nonzero:
+      return IndexDesc::nonzero(dt, s, 32);
+    case IndexOp::masked_select:
+      return IndexDesc::masked_select(dt, s, 32);
+    case IndexOp::masked_scatter:
+      return IndexDesc::masked_scatter(dt, s, Shape::of({40}));
+    case IndexOp::lax_gather: {
+      // x[ids[:, 0]] of rows: operand [4, 8], indices [5, 1] -> [5, 8]
+      static constexpr int offset[] = {1}, collapsed[] = {0}, map[] = {0};
+      static constexpr int64_t sizes[] = {1, 8};
+      return IndexDesc::lax_gather(dt, it, s, Shape::of({5, 1}), GatherDims{offset, collapsed, map, -1}, sizes);
+    }
+    case IndexOp::lax_scatter: {
+      static constexpr int window[] = {1}, inserted[] = {0}, map[] = {0};
+      return IndexDesc::lax_scatter(dt, it, s, Shape::of({5, 1}), Shape::of({5, 8}),
+                                    ScatterDims{window, inserted, map, -1}, ScatterReduce::none);
+    }
   }
   return IndexDesc::copy(dt, s);
 }

@@ -33,6 +33,12 @@ struct Word<16> {
   using type = uint4;
 };
 
+/// 16 bytes passed by value to a kernel (fill values, one_hot's one), read back at the width of
+/// the element.
+struct Word16 {
+  unsigned char b[16];
+};
+
 /// Decomposes slice l over the index dims: the index, A and B offsets of its base.
 template <class I>
 __device__ __forceinline__ void slice_offsets(const Geom& g, I l, I* index_off, I* a_off, I* b_off) {

@@ -8,6 +8,10 @@
 
 #include "baracuda/core/dtype.hpp"
 
+namespace baracuda {
+struct IndexDesc;
+}
+
 namespace baracuda::detail::idx {
 
 inline constexpr int kRank = 8;
@@ -154,12 +158,22 @@ bool gather_staged_ok(const Geom& g, int dim, int elem_bytes);
 cudaError_t launch_gather_staged(const Geom& g, int dim, char* out, const char* src, const char* src_end,
                                  int elem_bytes, DType index_dtype, cudaStream_t stream);
 
-enum class Reduce : int { sum, max, min };
-/// The bits `out` starts from before launch_scatter_atomic reduces into it with max / min: the
-/// identity (-inf / +inf, the integer extremes) in the storage the atomics use. f32 and f64
-/// keep an order-preserving unsigned encoding during the reduction (one unsigned atomicMax /
-/// atomicMin per element whatever its sign, NaN canonical and winning, +0 above -0), which
-/// scatter_finish decodes afterwards; the other dtypes store their plain identity.
+/// The scatter engine's reductions.
+///  - sum, prod: atomicAdd / a compare-and-swap multiply (or the sorted path);
+///  - max, min: f32 / f64 reduce in an order-preserving unsigned encoding (segment ops: the
+///    output starts from reduce_identity_bits and ends with scatter_finish);
+///  - max_raw, min_raw: the same order on plain storage (scatter_reduce, lax.scatter: the output
+///    starts as a copy of self, so nothing is encoded): a thread first reads the destination and
+///    stops when it already wins (or is NaN, which always wins), then issues int atomicMax for a
+///    non-negative value and unsigned atomicMin for a negative one (min: mirrored), which order
+///    float bit patterns like the encoding does (NaN canonical and winning, +0 above -0). Other
+///    dtypes: identical to max / min;
+///  - mean: the sorted path only (the run length is the count).
+enum class Reduce : int { sum, max, min, prod, max_raw, min_raw, mean };
+/// The bits `out` starts from before launch_scatter_atomic reduces into it: the identity (0, 1,
+/// -inf / +inf, the integer extremes). For max / min of f32 and f64, the identity in the
+/// order-preserving encoding (see Reduce), which scatter_finish decodes afterwards; plain
+/// storage otherwise.
 void reduce_identity_bits(DType dt, Reduce r, unsigned char out[16]);
 /// out (B) op= src (A) with atomics. Row mode with one slice dim of at least 8 elements (segment
 /// ops, index_add) takes the row kernel: groups of 8 / 16 / 32 lanes walk a block of consecutive
@@ -189,10 +203,116 @@ cudaError_t sort_temp_bytes(int64_t n, int end_bit, size_t* bytes);
 /// holding the result.
 cudaError_t sort_pairs(void* temp, size_t temp_bytes, int64_t* k0, int64_t* k1, int64_t* v0, int64_t* v1, int64_t n,
                        int end_bit, int* which, cudaStream_t stream);
-/// One thread per (sorted slot s, slice element p) whose slot starts a run of equal keys: sums
-/// the run's source elements in slot order (stable sort: index order) and adds the sum to B.
+/// One thread per (sorted slot s, slice element p) whose slot starts a run of equal keys:
+/// reduces the run's source elements in slot order (stable sort: index order) in f32 (f64 for
+/// f64, int64 for integers) and writes the result to B once: combined with B's value when
+/// include_self (sum: B + run, as the atomics; prod: B * run; mean: (B + run) / (n + 1)), in
+/// place of it otherwise (mean: run / n). Integer means round toward -inf (torch). max / min are
+/// instantiated for the integers without atomics (s8, u8, s16) only.
 cudaError_t launch_scatter_sorted(const Geom& g, const int64_t* keys, const int64_t* vals, int64_t sentinel, void* out,
-                                  const void* src, DType dt, cudaStream_t stream);
+                                  const void* src, DType dt, Reduce r, bool include_self, cudaStream_t stream);
+/// Whether launch_scatter_sorted has a kernel for (dt, r).
+bool sorted_reduce_ok(DType dt, Reduce r);
+/// Whether launch_scatter_atomic has a kernel for (dt, r).
+bool atomic_reduce_ok(DType dt, Reduce r);
+
+/// B element (key(l), p) <- `fill` for every slice whose index is in range: the destinations a
+/// scatter_reduce with include_self=false restarts from the identity (before the atomic pass).
+cudaError_t launch_scatter_fill(const Geom& g, char* out, const unsigned char fill[16], int elem_bytes,
+                                DType index_dtype, cudaStream_t stream);
+/// A element (l, p) <- `fill` for every slice whose (int64) index is negative: lax.gather's
+/// FILL_OR_DROP windows, after the gather wrote them as zeros.
+cudaError_t launch_fill_slices(const Geom& g, char* out, const unsigned char fill[16], int elem_bytes,
+                               cudaStream_t stream);
+/// one_hot: A element (l, c) <- `one` when index(l) == c, zero bytes otherwise (slice dim: the
+/// classes, ksize of them; an out-of-range class reports and leaves its row zero).
+cudaError_t launch_one_hot(const Geom& g, char* out, const unsigned char one[16], int elem_bytes, DType index_dtype,
+                           cudaStream_t stream);
+
+// ---- index linearization ------------------------------------------------------------------------
+/// Several index components -> one int64 element offset per slice (index, index_put, lax ops).
+/// Slice l (decomposed over the batch dims) reads component j at comp[j] + sum c_i *
+/// cstride[j][i]; that value v_j starts a window of window[j] elements along an operand dim of
+/// size[j] elements and stride stride[j]: out[l] = sum_j v_j * stride[j] + sum_i c_i * bout[i],
+/// after the mode (see IndexMode): clip clamps v_j to [0, size - window]; fill, and check (after
+/// adding size to a negative v_j), make the slice's offset -1 when some v_j falls outside
+/// [0, size - window], and check then also stores 1 in *error. bout is 0 except where a batch
+/// dim walks a window (the per-element form of lax.scatter's sorted path: windows along indexed
+/// dims may overlap, so its keys are elements, not windows).
+struct LinParams {
+  int k = 0;
+  const void* comp[kRank] = {};
+  int64_t cstride[kRank][kRank] = {};
+  int rb = 0;
+  int64_t bsize[kRank] = {};
+  int64_t bout[kRank] = {};
+  int64_t size[kRank] = {};
+  int64_t stride[kRank] = {};
+  int64_t window[kRank] = {};
+  int mode = 0;  ///< IndexMode
+  int64_t L = 0;
+  int64_t* out = nullptr;
+  int* error = nullptr;
+};
+cudaError_t launch_linearize(const LinParams& p, DType index_dtype, cudaStream_t stream);
+/// Slices (offsets) an op with linearized indices has (plan.cpp): index / index_put: the
+/// index shape's elements; lax ops: the indices' elements but the index vector dim;
+/// per_element (lax_scatter's sorted path): the updates' elements.
+int64_t linearized_slices(const IndexDesc& d, bool per_element = false);
+
+// ---- select engine (nonzero, masked_select, masked_scatter) --------------------------------------
+/// Elements in row-major order of `size`; tile t covers elements [t * kSelectTile, (t + 1) *
+/// kSelectTile). An element is selected when its bytes in `sel` (sel_bytes wide) AND nz_mask are
+/// not all zero (floats: every bit but the sign, so -0 is zero and NaN is not).
+inline constexpr int kSelectThreads = 256;
+inline constexpr int kSelectItems = 16;
+inline constexpr int64_t kSelectTile = int64_t{kSelectThreads} * kSelectItems;
+enum class SelectOp : int { nonzero, masked_select, masked_scatter };
+struct SelectParams {
+  int rank = 0;
+  int64_t size[kRank] = {};
+  int64_t sel_stride[kRank] = {};  ///< the tested tensor: nonzero's x, the masked ops' mask
+  int64_t a_stride[kRank] = {};    ///< masked_select: x (read); masked_scatter: out (written)
+  const char* sel = nullptr;
+  int sel_bytes = 1;
+  unsigned long long nz_mask[2] = {};  ///< low / high 8 bytes (16-byte elements)
+  int64_t n = 0;
+  int64_t tiles = 0;
+  int64_t* tile_counts = nullptr;   ///< workspace: selected elements per tile
+  int64_t* tile_offsets = nullptr;  ///< workspace: their exclusive scan
+  int64_t* count = nullptr;         ///< optional: the total
+  // writes
+  const char* a = nullptr;  ///< masked_select: x
+  char* out = nullptr;      ///< nonzero: int64 [bound, rank]; masked_select: [bound]; masked_scatter: out
+  int64_t out_stride[2] = {};
+  int64_t bound = 0;    ///< rows of out (nonzero, masked_select)
+  long long fill = -1;  ///< nonzero: rows past the count
+  /// nonzero: the input's own dims (the offsets above use merged ones), decomposed for the
+  /// coordinates of the selected elements only
+  int coord_rank = 0;
+  int64_t coord_size[kRank] = {};
+  // masked_scatter's source, read at its row-major position k
+  const char* src = nullptr;
+  int src_rank = 0;
+  int64_t src_size[kRank] = {};
+  int64_t src_stride[kRank] = {};
+  int64_t src_numel = 0;
+  int* error = nullptr;
+};
+/// Tiles of the select engine over the op's input (plan.cpp).
+int64_t select_tiles(const IndexDesc& d);
+/// Pass 1: tile_counts (one CTA per tile).
+cudaError_t launch_select_count(const SelectParams& p, cudaStream_t stream);
+/// After the scan: writes *count from the last tile (the count-only phase).
+cudaError_t launch_select_total(const SelectParams& p, cudaStream_t stream);
+/// Pass 2: each CTA rescans its tile and writes its selected elements at tile_offsets[t] + rank;
+/// nonzero also fills the rows in [count, bound) and block 0 writes *count. data_bytes: element
+/// size of x / out / source (masked ops).
+cudaError_t launch_select_write(const SelectParams& p, SelectOp op, int data_bytes, cudaStream_t stream);
+/// CUB's exclusive sum of n int64 (index_sort.cu): scratch bytes (needs a device) and the scan.
+cudaError_t scan_temp_bytes(int64_t n, size_t* bytes);
+cudaError_t exclusive_scan(void* temp, size_t temp_bytes, const int64_t* in, int64_t* out, int64_t n,
+                           cudaStream_t stream);
 /// The assigning variant: each run's last source (in index order) is copied, byte for byte.
 cudaError_t launch_scatter_sorted_copy(const Geom& g, const int64_t* keys, const int64_t* vals, int64_t sentinel,
                                        char* out, const char* src, int elem_bytes, cudaStream_t stream);

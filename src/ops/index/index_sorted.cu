@@ -1,8 +1,12 @@
 // The scatter engine's deterministic path: keys (destinations) for the stable radix sort
-// (index_sort.cu), then one thread per (run of equal destinations, slice element) sums the run's sources in
-// index order and adds the sum once. No atomics: bit-identical run to run and across GPUs.
+// (index_sort.cu), then one thread per (run of equal destinations, slice element) reduces the
+// run's sources in index order (sum, prod, mean, and max / min for the integers without atomics)
+// and writes the result once; the assigning scatter copies each run's last source. No atomics:
+// bit-identical run to run and across GPUs.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include "kernels/common/dtype_traits.cuh"
 #include "ops/index/index_kernels.cuh"
@@ -25,16 +29,41 @@ __global__ void __launch_bounds__(256) keys_kernel(const Geom g, int64_t sentine
 /// the integer type itself once truncated).
 template <class T>
 struct Acc {
-  using type = kern::opmath_t<T>;
-};
-template <>
-struct Acc<int32_t> {
-  using type = int64_t;
+  using type = std::conditional_t<kern::is_int_v<T>, int64_t, kern::opmath_t<T>>;
 };
 
-template <class T>
-__global__ void __launch_bounds__(256)
-    sorted_kernel(const Geom g, const int64_t* keys, const int64_t* vals, int64_t sentinel, T* out, const T* src) {
+/// Integer division rounding toward -inf (torch's integer scatter_reduce mean), d > 0.
+__device__ __forceinline__ int64_t floor_div(int64_t a, int64_t d) {
+  const int64_t q = a / d;
+  return (a % d != 0 && a < 0) ? q - 1 : q;
+}
+
+/// a + b and a * b in the accumulator; integers wrap (two's complement) instead of overflowing.
+template <class T, class A>
+__device__ __forceinline__ A acc_add(A a, A b) {
+  if constexpr (kern::is_int_v<T>)
+    return static_cast<A>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+  else
+    return a + b;
+}
+template <class T, class A>
+__device__ __forceinline__ A acc_mul(A a, A b) {
+  if constexpr (kern::is_int_v<T>)
+    return static_cast<A>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+  else
+    return a * b;
+}
+
+/// Whether x replaces c under max / min (integers only: see sorted_reduce_ok).
+template <Reduce R, class A>
+__device__ __forceinline__ bool wins(A x, A c) {
+  return R == Reduce::max ? x > c : x < c;
+}
+
+/// One thread per (sorted slot, slice element) that starts a run: reduces the run in slot order.
+template <class T, Reduce R>
+__global__ void __launch_bounds__(256) sorted_kernel(const Geom g, const int64_t* keys, const int64_t* vals,
+                                                     int64_t sentinel, T* out, const T* src, int include_self) {
   using A = typename Acc<T>::type;
   const int64_t P = g.P, total = g.L * g.P;
   for (int64_t t = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; t < total; t += int64_t{gridDim.x} * blockDim.x) {
@@ -43,14 +72,39 @@ __global__ void __launch_bounds__(256)
     if (key == sentinel || (s > 0 && keys[s - 1] == key)) continue;  // not the start of a run
     int64_t ea, eb;
     element_offsets<int64_t>(g, p, &ea, &eb);
-    A acc = A(0);
-    for (int64_t r = s; r < g.L && keys[r] == key; ++r) {
+    A acc = R == Reduce::prod ? A(1) : A(0);
+    int64_t n = 0;
+    for (int64_t r = s; r < g.L && keys[r] == key; ++r, ++n) {
       int64_t xi, xa, xb;
       slice_offsets<int64_t>(g, vals[r], &xi, &xa, &xb);
-      acc += static_cast<A>(kern::load_as_opmath(src[xa + ea]));
+      const A v = static_cast<A>(kern::load_as_opmath(src[xa + ea]));
+      if constexpr (R == Reduce::prod) {
+        acc = acc_mul<T>(acc, v);
+      } else if constexpr (R == Reduce::max || R == Reduce::min) {
+        if (n == 0 || wins<R>(v, acc)) acc = v;
+      } else {
+        acc = acc_add<T>(acc, v);
+      }
     }
     T* dst = out + key + eb;
-    *dst = kern::convert<T>(static_cast<A>(kern::load_as_opmath(*dst)) + acc);
+    if (include_self) {
+      const A self = static_cast<A>(kern::load_as_opmath(*dst));
+      if constexpr (R == Reduce::prod) {
+        acc = acc_mul<T>(self, acc);
+      } else if constexpr (R == Reduce::max || R == Reduce::min) {
+        if (!wins<R>(acc, self)) acc = self;
+      } else {  // sum and mean: self first, as the atomic path adds to it
+        acc = acc_add<T>(self, acc);
+      }
+    }
+    if constexpr (R == Reduce::mean) {
+      const int64_t d = n + (include_self ? 1 : 0);
+      if constexpr (kern::is_int_v<T>)  // the sum wraps in the storage type first, as torch's
+        acc = floor_div(static_cast<int64_t>(static_cast<T>(acc)), d);
+      else
+        acc = acc / static_cast<A>(d);
+    }
+    *dst = kern::convert<T>(acc);
   }
 }
 
@@ -72,12 +126,23 @@ __global__ void __launch_bounds__(256) sorted_copy_kernel(const Geom g, const in
   }
 }
 
-template <class T>
+/// Dtypes of the sorted reductions: the atomic ones and the integers without atomics.
+constexpr DTypeSet kSortedDTypes =
+    dtypes::kFloat | bit(DType::s8) | bit(DType::u8) | bit(DType::s16) | bit(DType::s32) | bit(DType::s64);
+constexpr DTypeSet kSmallInts = bit(DType::s8) | bit(DType::u8) | bit(DType::s16);
+
+template <Reduce R>
 cudaError_t sorted_with(const Geom& g, const int64_t* keys, const int64_t* vals, int64_t sentinel, void* out,
-                        const void* src, cudaStream_t stream) {
-  sorted_kernel<T><<<grid_for(g.L * g.P, 4, 256), 256, 0, stream>>>(g, keys, vals, sentinel, static_cast<T*>(out),
-                                                                    static_cast<const T*>(src));
-  return cudaGetLastError();
+                        const void* src, DType dt, bool include_self, cudaStream_t stream) {
+  constexpr DTypeSet allowed = (R == Reduce::max || R == Reduce::min) ? kSmallInts : kSortedDTypes;
+  cudaError_t e = cudaErrorInvalidValue;
+  kern::dispatch<allowed>(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    sorted_kernel<T, R><<<grid_for(g.L * g.P, 4, 256), 256, 0, stream>>>(
+        g, keys, vals, sentinel, static_cast<T*>(out), static_cast<const T*>(src), include_self ? 1 : 0);
+    e = cudaGetLastError();
+  });
+  return e;
 }
 
 }  // namespace
@@ -93,22 +158,34 @@ cudaError_t launch_scatter_keys(const Geom& g, DType index_dtype, int64_t sentin
   return cudaGetLastError();
 }
 
+bool sorted_reduce_ok(DType dt, Reduce r) {
+  switch (r) {
+    case Reduce::sum:
+    case Reduce::prod:
+    case Reduce::mean:
+      return contains(kSortedDTypes, dt);
+    case Reduce::max:
+    case Reduce::min:
+      return contains(kSmallInts, dt);
+    default:
+      return false;
+  }
+}
+
 cudaError_t launch_scatter_sorted(const Geom& g, const int64_t* keys, const int64_t* vals, int64_t sentinel, void* out,
-                                  const void* src, DType dt, cudaStream_t stream) {
+                                  const void* src, DType dt, Reduce r, bool include_self, cudaStream_t stream) {
   if (g.L * g.P == 0) return cudaSuccess;
-  switch (dt) {
-    case DType::f32:
-      return sorted_with<float>(g, keys, vals, sentinel, out, src, stream);
-    case DType::f64:
-      return sorted_with<double>(g, keys, vals, sentinel, out, src, stream);
-    case DType::f16:
-      return sorted_with<__half>(g, keys, vals, sentinel, out, src, stream);
-    case DType::bf16:
-      return sorted_with<__nv_bfloat16>(g, keys, vals, sentinel, out, src, stream);
-    case DType::s32:
-      return sorted_with<int32_t>(g, keys, vals, sentinel, out, src, stream);
-    case DType::s64:
-      return sorted_with<int64_t>(g, keys, vals, sentinel, out, src, stream);
+  switch (r) {
+    case Reduce::sum:
+      return sorted_with<Reduce::sum>(g, keys, vals, sentinel, out, src, dt, include_self, stream);
+    case Reduce::prod:
+      return sorted_with<Reduce::prod>(g, keys, vals, sentinel, out, src, dt, include_self, stream);
+    case Reduce::mean:
+      return sorted_with<Reduce::mean>(g, keys, vals, sentinel, out, src, dt, include_self, stream);
+    case Reduce::max:
+      return sorted_with<Reduce::max>(g, keys, vals, sentinel, out, src, dt, include_self, stream);
+    case Reduce::min:
+      return sorted_with<Reduce::min>(g, keys, vals, sentinel, out, src, dt, include_self, stream);
     default:
       return cudaErrorInvalidValue;
   }
