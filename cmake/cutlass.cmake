@@ -11,8 +11,8 @@
 #      GemmPlan refuses their variants with "built without CUTLASS". The same happens when
 #      BARACUDA_CUDA_ARCHS lacks 90a (the kernels are sm_90a code).
 #
-# When found: a PRIVATE (SYSTEM: its warnings are not ours) include directory of `baracuda` and
-# the compile definition BARACUDA_HAVE_CUTLASS=1. The headers never reach include/baracuda.
+# When found: a system include directory and the compile definition BARACUDA_HAVE_CUTLASS=1 on the
+# CUTLASS translation units only (src/ops/*/*cutlass*.cu). The headers never reach include/baracuda.
 set(_bc_cutlass_default "")
 if(DEFINED ENV{CUTLASS_DIR})
   set(_bc_cutlass_default "$ENV{CUTLASS_DIR}")
@@ -74,8 +74,15 @@ elseif(_bc_cutlass_include)
   string(REGEX REPLACE "[^0-9;]" "" _bc_cutlass_ver "${_bc_cutlass_ver}")
   string(REPLACE ";" "." _bc_cutlass_ver "${_bc_cutlass_ver}")
   message(STATUS "baracuda: CUTLASS ${_bc_cutlass_ver} from ${_bc_cutlass_origin}: ${_bc_cutlass_include}")
-  target_include_directories(baracuda SYSTEM PRIVATE ${_bc_cutlass_dirs})
-  target_compile_definitions(baracuda PRIVATE BARACUDA_HAVE_CUTLASS=1)
+  # Only the CUTLASS translation units (*cutlass*.cu) see the headers and the define: the other
+  # ~140 TUs keep their flags, so finding CUTLASS never invalidates their (ccache) builds.
+  file(GLOB _bc_cutlass_tus CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/ops/*/*cutlass*.cu)
+  set(_bc_cutlass_opts "")
+  foreach(dir IN LISTS _bc_cutlass_dirs)
+    list(APPEND _bc_cutlass_opts "-isystem" "${dir}")  # system: their warnings are not ours
+  endforeach()
+  set_source_files_properties(${_bc_cutlass_tus} PROPERTIES
+    COMPILE_DEFINITIONS BARACUDA_HAVE_CUTLASS=1 COMPILE_OPTIONS "${_bc_cutlass_opts}")
 elseif(NOT _bc_cutlass_origin)
   message(STATUS "baracuda: CUTLASS not found (pip install nvidia-cutlass, or -DBARACUDA_CUTLASS_DIR=...): "
                  "its kernels build as stubs and their plans refuse with \"built without CUTLASS\"")

@@ -9,6 +9,7 @@
 #include "baracuda/ops/elementwise.hpp"
 #include "core/ew_iter.hpp"
 #include "core/impl_list.hpp"
+#include "core/operands.hpp"
 #include "core/plan_common.hpp"
 #include "ops/elementwise/ew_registry.hpp"
 
@@ -369,53 +370,13 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
 }
 
 // ---- argument checks -----------------------------------------------------------------------------
-namespace {
-struct Operand {
-  const char* role;
-  int index;
-  const void* data;
-  DType dtype;
-  const Layout* layout;
-  bool is_output;
-};
-
-std::string operand_name(const Operand& o) {
-  return std::string(o.role) + (o.index >= 0 ? "[" + std::to_string(o.index) + "]" : "");
-}
-
-/// Byte range [lo, hi) the tensor can touch; fails on negative strides or int64 overflow.
-Result<void> byte_range(const std::string& label, const Operand& o, uintptr_t* lo, uintptr_t* hi) {
-  const Layout& l = *o.layout;
-  int64_t span = 0;
-  for (int d = 0; d < l.rank; ++d) {
-    if (l.stride[d] < 0)
-      return invalid(label + ": " + operand_name(o) + " stride[" + std::to_string(d) + "] expected >= 0, got " +
-                     std::to_string(l.stride[d]) + " (negative strides are not supported)");
-    if (l.shape[d] == 0) {
-      *lo = *hi = 0;
-      return {};
-    }
-    int64_t t;
-    if (__builtin_mul_overflow(l.shape[d] - 1, l.stride[d], &t) || __builtin_add_overflow(span, t, &span))
-      return invalid(label + ": " + operand_name(o) + " footprint overflows 64 bits (shape " + l.shape_str() +
-                     ", strides " + l.stride_str() + ")");
-  }
-  int64_t bytes;
-  if (__builtin_mul_overflow(span + 1, static_cast<int64_t>(size_in_bytes(o.dtype)), &bytes))
-    return invalid(label + ": " + operand_name(o) + " footprint overflows 64 bits");
-  *lo = reinterpret_cast<uintptr_t>(o.data);
-  *hi = *lo + static_cast<uintptr_t>(bytes);
-  return {};
-}
-}  // namespace
-
 Result<void> ElementwisePlan::can_implement(const ElementwiseArgs& a) const {
   const auto& in = info(desc_.op);
   const std::string label = op_label(desc_);
   const bool bw = desc_.direction == Direction::Backward;
 
   // Expected operands.
-  std::vector<Operand> ops;
+  std::vector<detail::Operand> ops;
   std::vector<Shape> want;
   int want_nin = in.nin, want_nout = 1;
   if (bw) {
@@ -429,10 +390,10 @@ Result<void> ElementwisePlan::can_implement(const ElementwiseArgs& a) const {
                    std::to_string(want_nout) + " output tensor(s), got " + std::to_string(a.nin) + " and " +
                    std::to_string(a.nout));
 
-  auto add_in = [&](int k, const char* role, int idx, DType dt, const Shape& s) {
-    ops.push_back({role, idx, a.in[k].data, dt, &a.in[k].layout, false});
+  auto role = [](const char* r, int idx) { return std::string(r) + (idx >= 0 ? "[" + std::to_string(idx) + "]" : ""); };
+  auto add_in = [&](int k, const char* r, int idx, DType dt, const Shape& s) {
+    ops.push_back({role(r, idx), a.in[k].data, dt, &a.in[k].layout, false});
     want.push_back(s);
-    (void)dt;
   };
   std::vector<DType> want_dt;
   if (!bw) {
@@ -441,7 +402,7 @@ Result<void> ElementwisePlan::can_implement(const ElementwiseArgs& a) const {
       add_in(i, "input", i, dt, desc_.in_shapes[i]);
       want_dt.push_back(dt);
     }
-    ops.push_back({"output", -1, a.out[0].data, desc_.out_dtype, &a.out[0].layout, true});
+    ops.push_back({"output", a.out[0].data, desc_.out_dtype, &a.out[0].layout, true});
     want.push_back(desc_.out_shape);
     want_dt.push_back(desc_.out_dtype);
   } else {
@@ -463,7 +424,7 @@ Result<void> ElementwisePlan::can_implement(const ElementwiseArgs& a) const {
     int g = 0;
     for (int i = 0; i < in.nin; ++i) {
       if (!((in.grad_mask >> i) & 1)) continue;
-      ops.push_back({"grad_input", i, a.out[g].data, desc_.dtype, &a.out[g].layout, true});
+      ops.push_back({role("grad_input", i), a.out[g].data, desc_.dtype, &a.out[g].layout, true});
       want.push_back(desc_.in_shapes[i]);
       want_dt.push_back(desc_.dtype);
       ++g;
@@ -474,46 +435,16 @@ Result<void> ElementwisePlan::can_implement(const ElementwiseArgs& a) const {
   for (int k = 0; k < a.nin; ++k) got_dt.push_back(a.in[k].dtype);
   for (int k = 0; k < a.nout; ++k) got_dt.push_back(a.out[k].dtype);
 
-  std::vector<std::pair<uintptr_t, uintptr_t>> range(ops.size());
   for (size_t k = 0; k < ops.size(); ++k) {
-    const Operand& o = ops[k];
+    const detail::Operand& o = ops[k];
     if (got_dt[k] != want_dt[k])
-      return invalid(label + ": " + operand_name(o) + " dtype expected " + std::string(name(want_dt[k])) + ", got " +
+      return invalid(label + ": " + o.role + " dtype expected " + std::string(name(want_dt[k])) + ", got " +
                      std::string(name(got_dt[k])));
     if (!(Shape::of(*o.layout) == want[k]))
-      return invalid(label + ": " + operand_name(o) + " shape expected " + want[k].str() + ", got " +
-                     o.layout->shape_str());
-    BARACUDA_TRY(byte_range(label, o, &range[k].first, &range[k].second));
-    if (o.layout->numel() > 0 && o.data == nullptr)
-      return invalid(label + ": " + operand_name(o) + " is null but has " + std::to_string(o.layout->numel()) +
-                     " elements");
-    if (o.is_output && (o.layout->has_zero_stride() || o.layout->has_internal_overlap()))
-      return invalid(label + ": " + operand_name(o) + " overlaps itself (shape " + o.layout->shape_str() +
-                     ", strides " + o.layout->stride_str() + "); outputs need distinct elements");
+      return invalid(label + ": " + o.role + " shape expected " + want[k].str() + ", got " + o.layout->shape_str());
   }
-  // Outputs must not partially alias any other operand; exact in-place (same pointer, same
-  // strides over the output shape) is elementwise-safe, and so are views whose address ranges
-  // interleave without sharing an element (views_may_overlap).
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (!ops[i].is_output || range[i].first == range[i].second) continue;
-    for (size_t j = 0; j < ops.size(); ++j) {
-      if (i == j || range[j].first == range[j].second) continue;
-      const bool overlap = range[i].first < range[j].second && range[j].first < range[i].second;
-      if (!overlap) continue;
-      // Interleaved but disjoint views (the two halves of a row) are fine.
-      if (ops[i].dtype == ops[j].dtype && size_in_bytes(ops[i].dtype) > 0 && ops[i].data != ops[j].data &&
-          !views_may_overlap(ops[i].data, *ops[i].layout, ops[j].data, *ops[j].layout, size_in_bytes(ops[i].dtype)))
-        continue;
-      const Layout& li = *ops[i].layout;
-      const Layout& lj = *ops[j].layout;
-      bool same = !ops[j].is_output && ops[i].data == ops[j].data && ops[i].dtype == ops[j].dtype &&
-                  li.rank == lj.rank && Shape::of(li) == Shape::of(lj);
-      for (int d = 0; same && d < li.rank; ++d) same = li.shape[d] == 1 || li.stride[d] == lj.stride[d];
-      if (!same)
-        return invalid(label + ": " + operand_name(ops[i]) + " partially overlaps " + operand_name(ops[j]) +
-                       " (only exact in-place is allowed)");
-    }
-  }
+  // Footprints, null data, self-overlapping outputs; outputs may only be exactly an input (in place).
+  BARACUDA_TRY(detail::check_operands(label, ops));
   return {};
 }
 

@@ -9,6 +9,7 @@
 
 #include "baracuda/ops/loss.hpp"
 #include "core/impl_list.hpp"
+#include "core/operands.hpp"
 #include "core/plan_common.hpp"
 #include "ops/elementwise/ew_registry.hpp"  // ew_sum_to_shape: gradients of broadcast inputs
 #include "ops/loss/loss_launch.hpp"
@@ -477,53 +478,12 @@ Result<LossPlan> LossPlan::select(const Target& target, const LossDesc& desc, co
 
 // ---- argument checks -------------------------------------------------------------------------------
 namespace {
-bool given(const TensorRef& t) { return t.data != nullptr || t.layout.rank != 0; }
-bool given(const TensorMut& t) { return t.data != nullptr || t.layout.rank != 0; }
+using detail::given;
+using detail::Operand;
 
 /// How a tensor's shape is checked.
 enum class Want { Exact, OneElement, Rows, Dense1 };
 
-struct Operand {
-  std::string role;
-  const void* data;
-  DType dtype;
-  const Layout* layout;
-  bool is_output;
-};
-
-/// Byte range [lo, hi) the tensor can touch; fails on negative strides or int64 overflow.
-Result<void> byte_range(const std::string& label, const Operand& o, uintptr_t* lo, uintptr_t* hi) {
-  const Layout& l = *o.layout;
-  int64_t span = 0;
-  for (int d = 0; d < l.rank; ++d) {
-    if (l.stride[d] < 0)
-      return invalid(label + ": " + o.role + " stride[" + std::to_string(d) + "] expected >= 0, got " +
-                     std::to_string(l.stride[d]) + " (negative strides are not supported)");
-    if (l.shape[d] == 0) {
-      *lo = *hi = 0;
-      return {};
-    }
-    int64_t t;
-    if (__builtin_mul_overflow(l.shape[d] - 1, l.stride[d], &t) || __builtin_add_overflow(span, t, &span))
-      return invalid(label + ": " + o.role + " footprint overflows 64 bits (shape " + l.shape_str() + ", strides " +
-                     l.stride_str() + ")");
-  }
-  int64_t bytes;
-  if (__builtin_mul_overflow(span + 1, static_cast<int64_t>(size_in_bytes(o.dtype)), &bytes))
-    return invalid(label + ": " + o.role + " footprint overflows 64 bits");
-  *lo = reinterpret_cast<uintptr_t>(o.data);
-  *hi = *lo + static_cast<uintptr_t>(bytes);
-  return {};
-}
-
-bool same_view(const Operand& a, const Operand& b) {
-  if (a.data != b.data || a.dtype != b.dtype || a.layout->rank != b.layout->rank) return false;
-  for (int d = 0; d < a.layout->rank; ++d) {
-    if (a.layout->shape[d] != b.layout->shape[d]) return false;
-    if (a.layout->shape[d] != 1 && a.layout->stride[d] != b.layout->stride[d]) return false;
-  }
-  return true;
-}
 }  // namespace
 
 Result<void> LossPlan::can_implement(const LossArgs& a) const {
@@ -618,10 +578,10 @@ Result<void> LossPlan::can_implement(const LossArgs& a) const {
   };
   std::vector<Item> items;
   auto ref = [&](const std::string& role, const TensorRef& t, DType dt, Want w, const Shape& s, bool req, bool main) {
-    items.push_back({{role, t.data, t.dtype, &t.layout, false}, dt, w, s, req, main});
+    items.push_back({{role, t.data, t.dtype, &t.layout, false, main}, dt, w, s, req, main});
   };
   auto mut = [&](const std::string& role, const TensorMut& t, DType dt, Want w, const Shape& s, bool req, bool main) {
-    items.push_back({{role, t.data, t.dtype, &t.layout, true}, dt, w, s, req, main});
+    items.push_back({{role, t.data, t.dtype, &t.layout, true, main}, dt, w, s, req, main});
   };
   const Shape none_shape{};
   const Want loss_want = reduced ? Want::OneElement : Want::Exact;
@@ -650,8 +610,7 @@ Result<void> LossPlan::can_implement(const LossArgs& a) const {
     if (!probs) mut("error", a.error, DType::s32, Want::OneElement, none_shape, false, false);
   }
 
-  std::vector<std::pair<uintptr_t, uintptr_t>> range(items.size(), {0, 0});
-  std::vector<bool> used(items.size(), false);
+  std::vector<Operand> used;  // the tensors given, for the memory checks
   for (size_t i = 0; i < items.size(); ++i) {
     const Item& w = items[i];
     const Operand& o = w.op;
@@ -662,7 +621,7 @@ Result<void> LossPlan::can_implement(const LossArgs& a) const {
       if (w.required && !empty) return invalid(label + ": " + o.role + " is required but was not given");
       continue;
     }
-    used[i] = true;
+    used.push_back(o);
     if (o.dtype != w.dtype)
       return invalid(label + ": " + o.role + " dtype expected " + dname(w.dtype) + ", got " + dname(o.dtype));
     switch (w.want) {
@@ -689,28 +648,11 @@ Result<void> LossPlan::can_implement(const LossArgs& a) const {
           return invalid(label + ": " + o.role + " expected a contiguous tensor, got strides " + l.stride_str());
         break;
     }
-    BARACUDA_TRY(byte_range(label, o, &range[i].first, &range[i].second));
-    if (l.numel() > 0 && o.data == nullptr)
-      return invalid(label + ": " + o.role + " is null but has " + std::to_string(l.numel()) + " elements");
-    if (o.is_output && l.numel() > 1 && (l.has_zero_stride() || l.has_internal_overlap()))
-      return invalid(label + ": " + o.role + " overlaps itself (shape " + l.shape_str() + ", strides " +
-                     l.stride_str() + "); outputs need distinct elements");
   }
-  // Outputs may not partially alias anything: exact in-place on an input of the iteration's
-  // shape is safe (every element is read before it is written, by the thread that writes it;
+  // Footprints, null data, self-overlapping outputs; an output may only be exactly an input of the
+  // iteration's shape (every element is read before it is written, by the thread that writes it;
   // the gradient of the logits may replace them).
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (!used[i] || !items[i].op.is_output || range[i].first == range[i].second) continue;
-    for (size_t j = 0; j < items.size(); ++j) {
-      if (i == j || !used[j] || range[j].first == range[j].second) continue;
-      if (!(range[i].first < range[j].second && range[j].first < range[i].second)) continue;
-      const bool inplace =
-          items[i].main && items[j].main && !items[j].op.is_output && same_view(items[i].op, items[j].op);
-      if (!inplace)
-        return invalid(label + ": " + items[i].op.role + " overlaps " + items[j].op.role +
-                       " (only exact in-place on an input of the same shape is allowed)");
-    }
-  }
+  BARACUDA_TRY(detail::check_operands(label, used));
   return {};
 }
 
