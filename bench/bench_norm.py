@@ -11,6 +11,10 @@ rotate when one call moves less than 2x L2 (bench.py). Writes bench/results/norm
   python bench/bench_norm.py --dtypes bf16,f32 --compile-shapes all
   python bench/bench_norm.py --quick               # headline shape only, bf16
   python bench/bench_norm.py --ops 'rms*' --dir bw --no-compile
+  python bench/bench_norm.py --ops 'batch_norm,group_norm' --no-compile   # channel ops, NCHW + channels-last
+
+Channel ops (batch_norm training and eval, instance_norm, group_norm with 32 groups,
+local_response_norm) run on --channel-shapes ([32, 256, 56, 56] by default) in each of --layouts.
 """
 from __future__ import annotations
 
@@ -26,6 +30,13 @@ import bench  # noqa: E402  (shared harness; imports torch lazily)
 TARGETS = {("softmax", "fw"): 2.5, ("softmax", "bw"): 2.0, ("log_softmax", "fw"): 2.5, ("log_softmax", "bw"): 2.0,
            ("layer_norm", "fw"): 1.5, ("layer_norm", "bw"): 2.0, ("rms_norm", "fw"): 1.3, ("rms_norm", "bw"): 2.0}
 TARGET_PCT_BW = 80.0
+# Channel ops: beat torch eager; >= 80% of copy bandwidth for batch_norm / group_norm on the vision shape.
+CHANNEL_TARGETS = {("batch_norm", "fw"): 1.0, ("batch_norm", "bw"): 1.0, ("group_norm", "fw"): 1.0,
+                   ("group_norm", "bw"): 1.0}
+CHANNEL_HEADLINE = (32, 256, 56, 56)
+CHANNEL_SHAPES = {"vision": CHANNEL_HEADLINE, "vision_small": (128, 64, 28, 28), "bn1d": (4096, 1024)}
+CHANNEL_OPS = ["batch_norm", "batch_norm_eval", "instance_norm", "group_norm", "local_response_norm"]
+GROUPS = 32  # group_norm's num_groups
 HEADLINE = (16384, 4096)
 SHAPES = {"llm": HEADLINE, "vocab": (1024, 128256), "decode": (16, 4096), "long": (4, 1 << 20), "odd": (4099, 4097)}
 OPS = ["softmax", "log_softmax", "layer_norm", "rms_norm", "normalize"]
@@ -39,6 +50,9 @@ def parse_args(argv=None):
     p.add_argument("--shapes", default="llm,vocab,decode,long",
                    help=f"comma-separated names of {SHAPES} (default: %(default)s)")
     p.add_argument("--dtypes", default="bf16", help="comma-separated: bf16,f32,f16 (default: %(default)s)")
+    p.add_argument("--channel-shapes", default="vision",
+                   help=f"channel ops: comma-separated names of {CHANNEL_SHAPES} (default: %(default)s)")
+    p.add_argument("--layouts", default="nchw,channels_last", help="channel ops: nchw,channels_last")
     p.add_argument("--compile-shapes", default="llm",
                    help="shapes that also get the torch.compile column (compiling costs seconds a row; "
                    "default: %(default)s; 'all' for every shape)")
@@ -183,6 +197,164 @@ def build_torch(torch, c: Case, compiled: bool):
     return fn, (lambda: res[0][0])
 
 
+class ChannelCase:
+    """One (channel op, shape, dtype, layout, direction) with nsets buffer sets; parameters and
+    running stats in the input dtype."""
+
+    def __init__(self, torch, op, shape, dt, layout, direction, nsets):
+        self.op, self.shape, self.dt, self.layout, self.dir = op, shape, dt, layout, direction
+        C = shape[1]
+        g = torch.Generator(device="cuda").manual_seed(1234)
+        fmt = (lambda t: t.movedim(1, -1).contiguous().movedim(-1, 1)) if layout == "channels_last" else (lambda t: t)
+        self.sets = []
+        for _ in range(nsets):
+            s = {"x": fmt(torch.randn(shape, device="cuda", generator=g).to(dt)),
+                 "dy": fmt(torch.randn(shape, device="cuda", generator=g).to(dt))}
+            if op != "local_response_norm":
+                s["weight"] = (1 + 0.1 * torch.randn(C, device="cuda", generator=g)).to(dt)
+                s["bias"] = (0.1 * torch.randn(C, device="cuda", generator=g)).to(dt)
+            if op.startswith("batch_norm"):
+                s["running_mean"] = (0.1 * torch.randn(C, device="cuda", generator=g)).to(dt)
+                s["running_var"] = (1 + torch.rand(C, device="cuda", generator=g)).to(dt)
+            self.sets.append(s)
+
+    def bytes_moved(self):
+        """fw: x read, y written; bw: dy and x read, dx written (parameters and statistics are
+        per channel: negligible, left out)."""
+        main = self.sets[0]["x"].numel() * self.sets[0]["x"].element_size()
+        return (2 if self.dir == "fw" else 3) * main
+
+
+def channel_torch_forward(torch, op):
+    import torch.nn.functional as F
+    if op == "batch_norm":
+        return lambda s: F.batch_norm(s["x"], s["running_mean"], s["running_var"], s["weight"], s["bias"], True)
+    if op == "batch_norm_eval":
+        return lambda s: F.batch_norm(s["x"], s["running_mean"], s["running_var"], s["weight"], s["bias"], False)
+    if op == "instance_norm":
+        return lambda s: F.instance_norm(s["x"], None, None, s["weight"], s["bias"])
+    if op == "group_norm":
+        return lambda s: F.group_norm(s["x"], GROUPS, s["weight"], s["bias"])
+    return lambda s: F.local_response_norm(s["x"], 5)
+
+
+def build_channel_baracuda(torch, _C, c: ChannelCase):
+    """Pre-allocated outputs, statistics and workspace; returns fn(k) running baracuda on set k."""
+    import baracuda._autograd as A
+    stream = A.current_stream(torch.device("cuda"))
+    op = "batch_norm" if c.op == "batch_norm_eval" else c.op
+    training = c.op != "batch_norm_eval"
+    params = ({"size": 5, "alpha": 1e-4, "beta": 0.75, "k": 1.0} if op == "local_response_norm" else
+              {"training": training, "momentum": 0.1, "num_groups": GROUPS if op == "group_norm" else 1})
+    N, C = c.shape[0], c.shape[1]
+    nstat = {"batch_norm": C, "instance_norm": N * C, "group_norm": N * GROUPS}.get(op, 0)
+    calls = []
+    for s in c.sets:
+        x = s["x"]
+        y = torch.empty_like(x)
+        fw = {"x": x, "out": y}
+        if op != "local_response_norm":
+            fw.update(weight=s["weight"], bias=s["bias"])
+        if "running_mean" in s:
+            fw.update(running_mean=s["running_mean"], running_var=s["running_var"])
+        mean = rstd = None
+        if training and op != "local_response_norm":
+            mean = torch.empty(nstat, device="cuda")
+            rstd = torch.empty(nstat, device="cuda")
+            fw.update(save_mean=mean, save_rstd=rstd)
+        nws = _C.norm_workspace_size(op, False, fw, -1, 1, 1e-5, params)
+        wsf = torch.empty(max(nws, 1), dtype=torch.uint8, device="cuda")
+        _C.norm(op, False, fw, -1, 1, 1e-5, stream, wsf, True, params)
+        if c.dir == "fw":
+            calls.append((False, fw, wsf, y))
+            continue
+        dx = torch.empty_like(x)
+        bw = {"dy": s["dy"], "x": x, "out": dx}
+        if op != "local_response_norm":
+            bw.update(weight=s["weight"], dweight=torch.empty_like(s["weight"]), dbias=torch.empty_like(s["bias"]))
+            if training:
+                bw.update(mean=mean, rstd=rstd)
+            else:
+                bw.update(running_mean=s["running_mean"], running_var=s["running_var"])
+        nws = _C.norm_workspace_size(op, True, bw, -1, 1, 1e-5, params)
+        wsb = torch.empty(max(nws, 1), dtype=torch.uint8, device="cuda")
+        calls.append((True, bw, wsb, dx))
+    torch.cuda.synchronize()
+
+    def fn(k):
+        bwd, t, ws, _ = calls[k]
+        _C.norm(op, bwd, t, -1, 1, 1e-5, stream, ws, True, params)
+
+    sku = _C.norm_sku(op, calls[0][0], calls[0][1], -1, 1, 1e-5, True, params)
+    return fn, sku, calls[0][3]
+
+
+def build_channel_torch(torch, c: ChannelCase):
+    """fn(k) for torch eager; backward = autograd of its own forward graph."""
+    fwd = channel_torch_forward(torch, c.op)
+    if c.dir == "fw":
+        outs = [None]
+
+        def fn(k):
+            outs[0] = fwd(c.sets[k])
+        fn(0)
+        return fn, (lambda: outs[0])
+    graphs = []
+    for s in c.sets:
+        leaves = {k: (v.detach().requires_grad_() if k in ("x", "weight", "bias") else v) for k, v in s.items()
+                  if k != "dy"}
+        y = fwd(leaves)
+        inputs = [leaves[k] for k in ("x", "weight", "bias") if k in leaves]
+        graphs.append((y, inputs, s["dy"]))
+    res = [None]
+
+    def fn(k):
+        y, inputs, dy = graphs[k]
+        res[0] = torch.autograd.grad(y, inputs, dy, retain_graph=True)
+    fn(0)
+    return fn, (lambda: res[0][0])
+
+
+def run_channel_cases(torch, _C, args, dirs):
+    """Rows for the channel ops selected by --ops."""
+    pats = [p.strip() for p in args.ops.split(",") if p.strip()]
+    ops = [o for o in CHANNEL_OPS if any(fnmatch.fnmatch(o, p) for p in pats)]
+    rows = []
+    for shape_name in [s.strip() for s in args.channel_shapes.split(",") if s.strip()] if ops else []:
+        shape = CHANNEL_SHAPES[shape_name]
+        for dname in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
+            dt = getattr(torch, DT[dname])
+            for layout in [lay.strip() for lay in args.layouts.split(",") if lay.strip()]:
+                for op in ops:
+                    for d in dirs:
+                        label = f"{op} {d} {dname} {list(shape)} {layout}"
+                        print(f"[bench_norm] {label}", file=sys.stderr, flush=True)
+                        row = {"op": op, "dir": d, "dtype": dname, "shape": list(shape), "layout": layout}
+                        try:
+                            probe = ChannelCase(torch, op, shape, dt, layout, d, 1)
+                            nsets = bench.rotation_sets(probe.bytes_moved())
+                            del probe
+                            c = ChannelCase(torch, op, shape, dt, layout, d, nsets)
+                            row["bytes"] = c.bytes_moved()
+                            bfn, sku, bout = build_channel_baracuda(torch, _C, c)
+                            row["sku"] = sku
+                            row["baracuda_us"] = bench.time_cuda(bfn, nsets, args.warmup, args.iters,
+                                                                 not args.no_pad)["median_us"]
+                            tfn, tout = build_channel_torch(torch, c)
+                            row["torch_us"] = bench.time_cuda(tfn, nsets, args.warmup, args.iters,
+                                                              not args.no_pad)["median_us"]
+                            bfn(0)
+                            tfn(0)
+                            torch.cuda.synchronize()
+                            row["check"] = check(torch, bout, tout(), dt)
+                            del c
+                        except Exception as e:
+                            row["error"] = bench.short_error(e)
+                        torch.cuda.empty_cache()
+                        rows.append(row)
+    return rows
+
+
 def check(torch, got, ref, dt):
     rtol, atol = (2e-2, 2e-2) if dt != torch.float32 else (1e-4, 1e-4)
     try:
@@ -202,6 +374,8 @@ def main(argv=None):
     pats = [p.strip() for p in args.ops.split(",") if p.strip()]
     ops = [o for o in OPS if any(fnmatch.fnmatch(o, p) for p in pats)]
     dirs = ["fw", "bw"] if args.dir == "all" else [args.dir]
+    if not ops:  # only channel ops selected: skip the row shapes
+        args.shapes = ""
     info = bench.env_info(baracuda, _C)
     copy_bps = bench.copy_bandwidth()
     rows_out = []
@@ -245,18 +419,27 @@ def main(argv=None):
                     torch.cuda.empty_cache()
                     rows_out.append(row)
 
+    rows_out += run_channel_cases(torch, _C, args, dirs)
+
     headers = ["op", "dir", "dtype", "shape", "MB moved", "baracuda µs", "torch µs", "compile µs", "vs torch",
                "vs compile", "baracuda GB/s", "% copy BW", "target", "check", "SKU"]
     table, missing = [], []
     for r in rows_out:
+        if "layout" in r:  # channel ops: the layout joins the shape column
+            headline = tuple(r["shape"]) == CHANNEL_HEADLINE and r["dtype"] == "bf16"
+            r = dict(r, shape=f"{r['shape']} {r['layout']}", headline=headline)
         if "error" in r:
             table.append([r["op"], r["dir"], r["dtype"], r["shape"]] + ["error: " + r["error"]] + [""] * 10)
             continue
         b, t, cmp = r["baracuda_us"], r["torch_us"], r.get("compile_us")
         gbs = r["bytes"] / (b * 1e-6) / 1e9
         pct = 100 * r["bytes"] / (b * 1e-6) / copy_bps
-        tgt = TARGETS.get((r["op"], r["dir"])) if tuple(r["shape"]) == HEADLINE and r["dtype"] == "bf16" else None
-        ok = (tgt is None or t / b >= tgt) and pct >= TARGET_PCT_BW
+        if "layout" in r:  # channel ops: targets on the vision shape, every layout
+            tgt = CHANNEL_TARGETS.get((r["op"], r["dir"])) if r["headline"] else None
+            ok = tgt is None or (t / b >= tgt and pct >= TARGET_PCT_BW)
+        else:
+            tgt = TARGETS.get((r["op"], r["dir"])) if tuple(r["shape"]) == HEADLINE and r["dtype"] == "bf16" else None
+            ok = (tgt is None or t / b >= tgt) and pct >= TARGET_PCT_BW
         if not ok:
             missing.append(f"{r['op']} {r['dir']} {r['dtype']} {r['shape']}")
         table.append([r["op"], r["dir"], r["dtype"], r["shape"], f"{r['bytes'] / 1e6:.1f}", f"{b:.1f}", f"{t:.1f}",
@@ -268,9 +451,12 @@ def main(argv=None):
                          HEADLINE[0] * HEADLINE[1])
     md += "\n\n" + bench.md_table(headers, table)
     md += (f"\n\nTargets: the issue's ratios vs torch eager on {list(HEADLINE)} bf16, and >= {TARGET_PCT_BW:.0f}% of "
-           "copy bandwidth for every row. Bytes: inputs read once + outputs written once (statistics and "
-           "parameters included). torch backward = autograd of its own forward graph (compile: of the compiled "
-           f"graph).\n\nRows missing a target ({len(missing)}): " + ("; ".join(missing) or "none") + "\n")
+           "copy bandwidth for every row; channel ops: faster than torch eager and >= "
+           f"{TARGET_PCT_BW:.0f}% of copy bandwidth for batch_norm / group_norm ({GROUPS} groups) on "
+           f"{list(CHANNEL_HEADLINE)} bf16. Bytes: inputs read once + outputs written once (statistics and "
+           "parameters included; per-channel ones left out). torch backward = autograd of its own forward graph "
+           f"(compile: of the compiled graph).\n\nRows missing a target ({len(missing)}): " +
+           ("; ".join(missing) or "none") + "\n")
     print(md)
     if not args.no_write:
         paths = bench.write_results(f"norm-{slug}{args.tag}", md, {"env": info, "copy_bps": copy_bps,

@@ -8,8 +8,14 @@ once, q / y written once, scales) and % of device copy bandwidth (target >= 85%)
 reports TFLOP/s against torch's bf16 matmul (target >= 1.5x). Timing: CUDA events, warm-up, median
 of --iters, buffer sets rotated past 2x L2 (bench.py). Writes bench/results/quant-<gpu>.md/.json.
 
-  python bench/bench_quant.py                 # the issue's rows on [16384, 4096] bf16 + W8A8 8192^3
+  python bench/bench_quant.py                 # the issue's rows on [16384, 4096] bf16 + W8A8 8192^3 + W4A16
   python bench/bench_quant.py --cases 'dyn*,fp8*' --no-compile
+  python bench/bench_quant.py --cases 'w4a16*' --w4 4096x4096
+
+W4A16 rows: y[m, N] = x[m, K] @ dequant(W)^T with W uint4 [N, K/2] + float32 scales and int32 zeros per
+group of --group along K (AWQ-style), vs torch.matmul with a dense bf16 weight (the weights rotate past
+2x L2 on both sides, so neither reads them from L2). Decode (m = 1, 16) reports GB/s of the weight
+stream (codes + scales + zeros + x + y); target >= 3x torch at m = 1.
 """
 from __future__ import annotations
 
@@ -23,9 +29,12 @@ import bench  # noqa: E402  (shared harness; imports torch lazily)
 
 TARGET_PCT_BW = 85.0
 TARGET_LINEAR = 1.5
+TARGET_W4A16_DECODE = 3.0
 HEADLINE = (16384, 4096)
 CASES = ["dynamic_per_token_int8", "per_channel_int8", "per_group_int4", "fp8_per_tensor_scaled",
-         "fp8_current_scaling", "dequant_per_channel_int8", "dequant_per_group_int4", "quantized_linear"]
+         "fp8_current_scaling", "dequant_per_channel_int8", "dequant_per_group_int4", "quantized_linear",
+         "w4a16_decode", "w4a16_decode_m16", "w4a16_prefill"]
+W4A16_ROWS = {"w4a16_decode": 1, "w4a16_decode_m16": 16, "w4a16_prefill": 2048}
 
 
 def parse_args(argv=None):
@@ -35,6 +44,7 @@ def parse_args(argv=None):
     p.add_argument("--shape", default="16384x4096", help="rows x cols of the memory-bound cases")
     p.add_argument("--linear", default="8192x8192x8192", help="M x N x K of quantized_linear")
     p.add_argument("--group", type=int, default=128, help="int4 group size")
+    p.add_argument("--w4", default="4096x4096", help="N x K of the W4A16 rows")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
@@ -221,6 +231,58 @@ def run_linear(torch, Q, _C, args):
     return row
 
 
+def run_w4a16(torch, _C, args, name):
+    m = W4A16_ROWS[name]
+    n, k = (int(v) for v in args.w4.split("x"))
+    G = args.group
+    row = {"case": name, "shape": [m, n, k]}
+    dev = "cuda"
+    g = torch.Generator(device=dev).manual_seed(11)
+    bf16 = torch.bfloat16
+    import baracuda._autograd as A
+    st = A.current_stream(torch.device(dev))
+    wbytes = n * k // 2 + n * (k // G) * 8  # codes + float32 scales + int32 zeros
+    nsets = bench.rotation_sets(wbytes)
+    sets = []
+    for _ in range(nsets):
+        codes = torch.randint(0, 16, (n, k), device=dev, generator=g, dtype=torch.int32)
+        sets.append({"x": torch.randn(m, k, device=dev, generator=g).to(bf16),
+                     "weight": ((codes[:, 0::2] & 15) | ((codes[:, 1::2] & 15) << 4)).to(torch.uint8),
+                     "scale": torch.rand(n, k // G, device=dev, generator=g) * 0.02 + 0.002,
+                     "zero_point": torch.randint(0, 16, (n, k // G), device=dev, generator=g, dtype=torch.int32),
+                     "y": torch.empty(m, n, device=dev, dtype=bf16)})
+        if len(sets) == 1:
+            codes0 = codes
+    params = {"weight_dtype": "uint4", "group_size": G}
+    try:
+        nws = _C.w4a16_linear_workspace_size(sets[0], params)
+        row["sku"] = _C.w4a16_linear_sku(sets[0], params)
+    except RuntimeError as e:
+        row["error"] = "not available: " + bench.short_error(e, 160)
+        return row
+    ws = torch.empty(max(nws, 1), dtype=torch.uint8, device=dev)
+    row["baracuda_us"] = bench.time_cuda(lambda j: _C.w4a16_linear(sets[j], params, st, ws), nsets, args.warmup,
+                                         args.iters, not args.no_pad)["median_us"]
+    tsets = bench.rotation_sets(n * k * 2)
+    wt = [torch.randn(n, k, device=dev, generator=g).to(bf16) for _ in range(tsets)]
+    x0 = sets[0]["x"]
+    row["torch_us"] = bench.time_cuda(lambda j: torch.matmul(x0, wt[j].t()), tsets, args.warmup, args.iters,
+                                      not args.no_pad)["median_us"]
+    # Check set 0 against torch's dequantize-then-matmul in float32.
+    s0 = sets[0]
+    _C.w4a16_linear(s0, params, st, ws)
+    w = (codes0.float() - s0["zero_point"].repeat_interleave(G, 1).float()) * s0["scale"].repeat_interleave(G, 1)
+    ref = x0.float() @ w.t()
+    torch.cuda.synchronize()
+    err = ((s0["y"].float() - ref).norm() / ref.norm()).item()
+    row["check"] = "ok" if err < 1e-2 else f"MISMATCH: relative error {err:.3e}"
+    row["bytes"] = wbytes + m * k * 2 + m * n * 2
+    row["flops"] = 2 * m * n * k
+    del sets, wt
+    torch.cuda.empty_cache()
+    return row
+
+
 def main(argv=None):
     args = parse_args(argv)
     baracuda, _C = bench.import_baracuda()
@@ -237,6 +299,9 @@ def main(argv=None):
         print(f"[bench_quant] {name}", file=sys.stderr, flush=True)
         if name == "quantized_linear":
             rows_out.append(run_linear(torch, Q, _C, args))
+            continue
+        if name in W4A16_ROWS:
+            rows_out.append(run_w4a16(torch, _C, args, name))
             continue
         row = {"case": name, "shape": list(shape)}
         try:
@@ -282,6 +347,17 @@ def main(argv=None):
             ok = t / b >= TARGET_LINEAR
             table.append([r["case"], r["shape"], "-", f"{b:.1f}", f"{t:.1f}", "-", f"{t / b:.2f}x", "-",
                           f"{tf:.0f} TFLOP/s", "-", f"{TARGET_LINEAR}x vs bf16 matmul", r["check"], r["sku"]])
+        elif r["case"] in W4A16_ROWS:
+            decode = W4A16_ROWS[r["case"]] <= 16
+            if decode:
+                gbs = r["bytes"] / (b * 1e-6) / 1e9
+                rate, pct = f"{gbs:.0f}", f"{100 * gbs * 1e9 / copy_bps:.0f}%"
+            else:
+                rate, pct = f"{r['flops'] / (b * 1e-6) / 1e12:.0f} TFLOP/s", "-"
+            target = f"{TARGET_W4A16_DECODE}x vs bf16 matmul" if r["case"] == "w4a16_decode" else "-"
+            ok = t / b >= TARGET_W4A16_DECODE if r["case"] == "w4a16_decode" else True
+            table.append([r["case"], r["shape"], f"{r['bytes'] / 1e6:.1f}", f"{b:.1f}", f"{t:.1f}", "-",
+                          f"{t / b:.2f}x", "-", rate, pct, target, r["check"], r["sku"]])
         else:
             gbs = r["bytes"] / (b * 1e-6) / 1e9
             pct = 100 * r["bytes"] / (b * 1e-6) / copy_bps
@@ -297,7 +373,8 @@ def main(argv=None):
     md += "\n\n" + bench.md_table(headers, table)
     md += ("\n\nBytes: x read once + the quantized / dequantized output written once + scales (fp8 current "
            "scaling reads x twice by design: amax, then the cast; its row is bounded near 60% of copy bandwidth). "
-           "torch = the eager composite of the same formula; W8A8 linear vs torch.matmul in bf16.\n\nRows missing "
+           "torch = the eager composite of the same formula; W8A8 linear and W4A16 vs torch.matmul in bf16 (W4A16 decode: "
+           "MB of the int4 weight stream, GB/s and % of copy bandwidth).\n\nRows missing "
            f"a target ({len(missing)}): " + ("; ".join(missing) or "none") + "\n")
     print(md)
     if not args.no_write:

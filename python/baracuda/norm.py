@@ -1,7 +1,11 @@
 """Softmax and normalization under their torch names (torch.nn.functional signatures), with autograd.
 
 Rows of ``_C.norm_ops()`` (include/baracuda/ops/norm_ops.def): softmax, log_softmax, normalize (p=2),
-layer_norm, rms_norm, forward and backward, plus ``masked_softmax`` (bool or additive mask, broadcast).
+layer_norm, rms_norm, batch_norm, instance_norm, group_norm, local_response_norm, forward and
+backward, plus ``masked_softmax`` (bool or additive mask, broadcast). The channel normalizations
+take [N, C, *spatial] inputs in any layout (NCHW and channels-last run vectorized kernels) and
+update running statistics in place like torch; ``native_batch_norm`` / ``native_group_norm`` and
+their ``*_backward`` mirror ATen's functions for direct calls.
 Beyond torch: ``add_rms_norm`` / ``add_layer_norm`` normalize
 ``input + residual`` and also return that sum (the fused residual add of transformer blocks),
 and ``*_backward`` functions expose the backward plans directly.
@@ -14,21 +18,26 @@ from . import _C
 from ._autograd import current_stream, dl, require_torch, torch
 
 __all__ = ["softmax", "log_softmax", "masked_softmax", "normalize", "layer_norm", "rms_norm", "add_rms_norm",
-           "add_layer_norm", "softmax_backward", "log_softmax_backward", "layer_norm_backward", "rms_norm_backward"]
+           "add_layer_norm", "softmax_backward", "log_softmax_backward", "layer_norm_backward", "rms_norm_backward",
+           "batch_norm", "instance_norm", "group_norm", "local_response_norm", "native_batch_norm",
+           "native_batch_norm_backward", "native_group_norm", "native_group_norm_backward"]
 
 NORM_OPS = {row["name"]: row for row in _C.norm_ops()}
 
 
 # ---- launch helpers ----------------------------------------------------------------------------
-def _run(op, backward, tensors, device, axis=-1, norm_ndim=1, eps=1e-5, want_workspace=False):
-    """Runs one plan; `tensors` maps NormArgs roles to torch tensors (None entries are dropped)."""
+def _run(op, backward, tensors, device, axis=-1, norm_ndim=1, eps=1e-5, want_workspace=False, params=None):
+    """Runs one plan; `tensors` maps NormArgs roles to torch tensors (None entries are dropped);
+    `params` holds the channel ops' scalars (num_groups, training, momentum, size, alpha, beta, k)."""
     live = {k: v for k, v in tensors.items() if v is not None}
     ws = None
     if want_workspace:  # DLPack capsules are single-use: each _C call gets its own export
-        n = _C.norm_workspace_size(op, backward, {k: dl(v) for k, v in live.items()}, axis, norm_ndim, float(eps))
+        n = _C.norm_workspace_size(op, backward, {k: dl(v) for k, v in live.items()}, axis, norm_ndim, float(eps),
+                                   params)
         if n:
             ws = dl(torch.empty(n, dtype=torch.uint8, device=device))
-    _C.norm(op, backward, {k: dl(v) for k, v in live.items()}, axis, norm_ndim, float(eps), current_stream(device), ws)
+    _C.norm(op, backward, {k: dl(v) for k, v in live.items()}, axis, norm_ndim, float(eps), current_stream(device), ws,
+            True, params)
 
 
 def _like(x):
@@ -156,6 +165,114 @@ def _norm_bw(op, grad, x, k, mean, rstd, weight, need_dw, need_db, param_dtype):
     return dx, dw, db
 
 
+# ---- channel normalizations: raw forward / backward ------------------------------------------------------
+def _prod(xs):
+    n = 1
+    for v in xs:
+        n *= int(v)
+    return n
+
+
+def _channel_groups(op, training, C, num_groups):
+    """Stat groups a sample when statistics are per (sample, group), else None (per channel)."""
+    if op == "group_norm":
+        return num_groups
+    if op == "instance_norm" and training:
+        return C
+    return None
+
+
+def _channel_pdtype(x, *params):
+    """The parameters' dtype: the first given one's when the kernels take it (x's dtype, or f32 for
+    f16/bf16 inputs: torch's mixed batch norm), else x's dtype (torch promotes)."""
+    for p in params:
+        if p is not None:
+            if p.dtype == x.dtype or (p.dtype == torch.float32 and x.dtype in (torch.float16, torch.bfloat16)):
+                return p.dtype
+            break
+    return x.dtype
+
+
+def _channel_param(op, p, what, C, pdt):
+    if p is None:
+        return None
+    _check_cuda(op, p)
+    if p.numel() != C:
+        raise RuntimeError(f"{op}: {what} expected {C} elements (one per channel), got shape {list(p.shape)}")
+    return p.reshape(C).to(pdt).contiguous()
+
+
+def _match_layout(t, x):
+    """t laid out like x: every tensor of a call in one layout keeps the vectorized kernels (a
+    broadcast or differently strided gradient is copied once)."""
+    if t.stride() == x.stride() or t.numel() == 0:
+        return t
+    out = torch.empty_like(x, dtype=t.dtype)
+    out.copy_(t)
+    return out
+
+
+def _channel_fw(op, x, weight, bias, running_mean, running_var, training, momentum, eps, num_groups=1):
+    """Returns (y, mean, rstd): the saved statistics (None in evaluation mode), flat, stats dtype.
+    running_mean/running_var are updated in place in training mode."""
+    N, C = x.shape[0], x.shape[1]
+    y = _like(x)
+    groups = _channel_groups(op, training, C, num_groups)
+    st = _stats_dtype(x)
+    mean = rstd = None
+    if training:
+        nstat = N * groups if groups is not None else C
+        mean = torch.empty(nstat, dtype=st, device=x.device)
+        rstd = torch.empty(nstat, dtype=st, device=x.device)
+    if x.numel() == 0:
+        return y, mean, rstd
+    # The kernels take dense [C] running stats of the parameters' dtype; others go through a copy.
+    pdt = weight.dtype if weight is not None else (bias.dtype if bias is not None else
+                                                    _channel_pdtype(x, running_mean))
+    rk = []
+    for r in (running_mean, running_var):
+        rk.append(None if r is None else (r if r.dtype == pdt and r.is_contiguous() else r.to(pdt).contiguous()))
+    params = {"training": bool(training), "momentum": float(momentum), "num_groups": int(num_groups)}
+    _run(op, False, {"x": x, "weight": weight, "bias": bias, "out": y, "save_mean": mean, "save_rstd": rstd,
+                     "running_mean": rk[0], "running_var": rk[1]}, x.device, eps=eps, want_workspace=True,
+         params=params)
+    for r, k in zip((running_mean, running_var), rk):
+        if r is not None and k is not r and training:
+            r.copy_(k.reshape(r.shape))
+    return y, mean, rstd
+
+
+def _channel_bw(op, grad, x, weight, mean, rstd, running_mean, running_var, training, eps, num_groups,
+                need_dx, need_dw, need_db, pdt):
+    """(dx, dweight, dbias), each None unless asked for."""
+    C = x.shape[1]
+    grad = _match_layout(grad, x)
+    dx = _like(x) if need_dx else None
+    dw = torch.empty(C, dtype=pdt, device=x.device) if need_dw else None
+    db = torch.empty(C, dtype=pdt, device=x.device) if need_db else None
+    if dx is None and dw is None and db is None:
+        return dx, dw, db
+    if x.numel() == 0 and dw is None and db is None:
+        return dx, dw, db
+    t = {"dy": grad, "x": x, "weight": weight, "out": dx, "dweight": dw, "dbias": db}
+    if training:
+        t.update(mean=mean, rstd=rstd)
+    else:
+        t.update(running_mean=running_mean.to(pdt).contiguous(), running_var=running_var.to(pdt).contiguous())
+    _run(op, True, t, x.device, eps=eps, want_workspace=True,
+         params={"training": bool(training), "num_groups": int(num_groups)})
+    return dx, dw, db
+
+
+def _lrn_run(backward, x, grad, size, alpha, beta, k):
+    out = _like(x)
+    if x.numel():
+        t = {"dy": _match_layout(grad, x), "x": x, "out": out} if backward else {"x": x, "out": out}
+        _run("local_response_norm", backward, t, x.device,
+             params={"size": int(size), "alpha": float(alpha), "beta": float(beta), "k": float(k)})
+    return out
+
+
 # ---- autograd --------------------------------------------------------------------------------------
 if torch is not None:
     from torch.autograd.function import once_differentiable
@@ -220,6 +337,48 @@ if torch is not None:
             return None, None, None, dx if ctx.needs_input_grad[3] else None, dres, dw, db
 else:  # pragma: no cover
     SoftmaxFunction = NormFunction = NormalizeFunction = None
+
+
+if torch is not None:
+    class ChannelNormFunction(torch.autograd.Function):
+        """batch_norm / instance_norm / group_norm; running stats are updated in the forward."""
+
+        @staticmethod
+        def forward(ctx, op, x, weight, bias, running_mean, running_var, training, momentum, eps, num_groups):
+            y, mean, rstd = _channel_fw(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
+                                        num_groups)
+            if training:
+                ctx.save_for_backward(x, weight, mean, rstd)
+            else:  # evaluation: the backward reads the running stats (unchanged by this forward)
+                ctx.save_for_backward(x, weight, running_mean, running_var)
+            ctx.op, ctx.training, ctx.eps, ctx.num_groups = op, training, eps, num_groups
+            ctx.pdt = weight.dtype if weight is not None else (bias.dtype if bias is not None else x.dtype)
+            return y
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            x, weight, a, b = ctx.saved_tensors
+            mean, rstd, rm, rv = (a, b, None, None) if ctx.training else (None, None, a, b)
+            dx, dw, db = _channel_bw(ctx.op, grad, x, weight, mean, rstd, rm, rv, ctx.training, ctx.eps,
+                                     ctx.num_groups, ctx.needs_input_grad[1],
+                                     weight is not None and ctx.needs_input_grad[2], ctx.needs_input_grad[3], ctx.pdt)
+            return None, dx, dw, db, None, None, None, None, None, None
+
+    class LocalResponseNormFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, size, alpha, beta, k):
+            ctx.save_for_backward(x)
+            ctx.args = (size, alpha, beta, k)
+            return _lrn_run(False, x, None, size, alpha, beta, k)
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return _lrn_run(True, x, grad, *ctx.args), None, None, None, None
+else:  # pragma: no cover
+    ChannelNormFunction = LocalResponseNormFunction = None
 
 
 def _grad_mode(*ts):
@@ -386,6 +545,132 @@ def rms_norm_stats(input, normalized_shape, weight=None, eps=None):
     y, _, rstd, _ = _norm_fw("rms_norm", input, k, _param("rms_norm", weight, "weight", shape, input), None,
                              float(eps))
     return y, rstd
+
+
+# ---- channel normalizations: public functions ---------------------------------------------------------------
+def _channel_common(op, input, running_mean, running_var, weight, bias, training, momentum, eps, num_groups=1):
+    require_torch()
+    _check_cuda(op, input)
+    if input.dim() < 2:
+        raise RuntimeError(f"{op}: expected an input of at least 2 dimensions [N, C, *], got {input.dim()}")
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: expected a floating point input, got {input.dtype}")
+    C = input.shape[1]
+    for what, r in (("running_mean", running_mean), ("running_var", running_var)):
+        if r is not None:
+            _check_cuda(op, r)
+            if r.numel() != C:
+                raise RuntimeError(f"{op}: {what} expected {C} elements (one per channel), got shape {list(r.shape)}")
+    pdt = _channel_pdtype(input, running_mean, weight, bias)  # running stats first: updated in place
+    weight = _channel_param(op, weight, "weight", C, pdt)
+    bias = _channel_param(op, bias, "bias", C, pdt)
+    if _grad_mode(input, weight, bias):
+        return ChannelNormFunction.apply(op, input, weight, bias, running_mean, running_var, bool(training),
+                                         float(momentum), float(eps), int(num_groups))
+    y, _, _ = _channel_fw(op, input, weight, bias, running_mean, running_var, bool(training), float(momentum),
+                          float(eps), int(num_groups))
+    return y
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """torch.nn.functional.batch_norm: statistics per channel (dim 1) over the batch and spatial dims.
+    Training normalizes with the batch statistics and updates running_mean/running_var in place
+    (momentum; the variance unbiased); evaluation normalizes with the running statistics."""
+    if training:
+        size = list(input.shape)
+        if input.dim() >= 2 and size[0] * _prod(size[2:]) == 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.size()}")
+    elif running_mean is None or running_var is None:
+        raise RuntimeError("batch_norm: running_mean and running_var must be defined in evaluation mode")
+    return _channel_common("batch_norm", input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """torch.nn.functional.instance_norm: statistics per (sample, channel) over the spatial dims;
+    given running stats are updated with their batch means (use_input_stats) or used instead."""
+    if use_input_stats:
+        if input.dim() >= 2 and _prod(input.shape[2:]) == 1:
+            raise ValueError(f"Expected more than 1 spatial element when training, got input size {input.size()}")
+    elif running_mean is None or running_var is None:
+        raise RuntimeError("instance_norm: Expected running_mean and running_var to be defined when use_input_stats "
+                           "is false")
+    return _channel_common("instance_norm", input, running_mean, running_var, weight, bias, use_input_stats, momentum,
+                           eps)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """torch.nn.functional.group_norm: statistics per (sample, group of C / num_groups channels)."""
+    if input.dim() < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {input.dim()}")
+    N, C = input.shape[0], input.shape[1]
+    if num_groups > 0 and C % num_groups == 0 and N * (C // num_groups) * _prod(input.shape[2:]) == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size "
+                         f"{[N * C // num_groups, num_groups] + list(input.shape[2:])}")
+    return _channel_common("group_norm", input, None, None, weight, bias, True, 0.1, eps, num_groups)
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """torch.nn.functional.local_response_norm: x / (k + alpha / size * sum of x^2 over the channel
+    window [c - size // 2, c + (size - 1) // 2])^beta."""
+    require_torch()
+    _check_cuda("local_response_norm", input)
+    if input.dim() < 3:
+        raise ValueError(f"Expected 3D or higher dimensionality input (got {input.dim()} dimensions)")
+    if input.numel() == 0:
+        return input
+    if _grad_mode(input):
+        return LocalResponseNormFunction.apply(input, int(size), float(alpha), float(beta), float(k))
+    return _lrn_run(False, input, None, size, alpha, beta, k)
+
+
+def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """(output, save_mean, save_invstd) like ATen's native_batch_norm (evaluation: empty statistics)."""
+    require_torch()
+    _check_cuda("native_batch_norm", input)
+    C = input.shape[1]
+    pdt = _channel_pdtype(input, running_mean, weight, bias)
+    y, mean, rstd = _channel_fw("batch_norm", input, _channel_param("batch_norm", weight, "weight", C, pdt),
+                                _channel_param("batch_norm", bias, "bias", C, pdt), running_mean, running_var,
+                                bool(training), float(momentum), float(eps))
+    if mean is None:
+        mean = rstd = torch.empty(0, dtype=_stats_dtype(input), device=input.device)
+    return y, mean, rstd
+
+
+def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                               output_mask=(True, True, True)):
+    """(grad_input, grad_weight, grad_bias) like ATen's native_batch_norm_backward."""
+    require_torch()
+    C = input.shape[1]
+    pdt = _channel_pdtype(input, running_mean, weight)
+    weight = _channel_param("batch_norm", weight, "weight", C, pdt)
+    return _channel_bw("batch_norm", grad_out, input, weight, save_mean, save_invstd, running_mean, running_var,
+                       bool(train), float(eps), 1, bool(output_mask[0]), weight is not None and bool(output_mask[1]),
+                       bool(output_mask[2]), pdt)
+
+
+def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
+    """(output, mean [N, group], rstd [N, group]) like ATen's native_group_norm."""
+    require_torch()
+    _check_cuda("native_group_norm", input)
+    x = input.reshape(N, C, HxW) if input.dim() < 2 else input
+    pdt = _channel_pdtype(x, weight, bias)
+    y, mean, rstd = _channel_fw("group_norm", x, _channel_param("group_norm", weight, "weight", C, pdt),
+                                _channel_param("group_norm", bias, "bias", C, pdt), None, None, True, 0.1,
+                                float(eps), int(group))
+    return y.reshape(input.shape), mean.reshape(N, group), rstd.reshape(N, group)
+
+
+def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group,
+                               output_mask=(True, True, True)):
+    """(grad_input, grad_weight, grad_bias) like ATen's native_group_norm_backward."""
+    require_torch()
+    pdt = _channel_pdtype(input, weight)
+    weight = _channel_param("group_norm", weight, "weight", C, pdt)
+    return _channel_bw("group_norm", grad_out, input, weight, mean.reshape(-1), rstd.reshape(-1), None, None, True,
+                       0.0, int(group), bool(output_mask[0]), weight is not None and bool(output_mask[1]),
+                       bool(output_mask[2]), pdt)
 
 
 __all__ += ["layer_norm_stats", "rms_norm_stats"]

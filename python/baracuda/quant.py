@@ -1,7 +1,7 @@
 """Quantization under torch's names, with autograd where torch has gradients.
 
 Rows of ``_C.quant_ops()`` (include/baracuda/ops/quant_ops.def): quantize, dequantize, fake_quantize,
-fake_quantize_learnable, dynamic_quantize, quantized_linear. The formulas (bit for bit against
+fake_quantize_learnable, dynamic_quantize, quantized_linear (W8A8), w4a16_linear (int4 weight-only). The formulas (bit for bit against
 torch's CUDA kernels) are in include/baracuda/ops/quant.hpp.
 
 Quantized tensors are plain tensors, not torch's quantized type (which DLPack cannot carry):
@@ -26,7 +26,7 @@ __all__ = ["quantize_per_tensor", "quantize_per_channel", "quantize_per_token", 
            "dynamic_quantize_per_token", "fake_quantize_per_tensor_affine", "fake_quantize_per_channel_affine",
            "fake_quantize_per_group_affine", "fake_quantize_learnable_per_tensor_affine",
            "fake_quantize_learnable_per_channel_affine", "quantize_backward", "dequantize_backward", "cast_to_fp8",
-           "fp8_delayed_cast", "quantized_linear"]
+           "fp8_delayed_cast", "quantized_linear", "w4a16_linear"]
 
 QUANT_OPS = {row["name"]: row for row in _C.quant_ops()}
 
@@ -546,4 +546,49 @@ def quantized_linear(x, w_int8, w_scale, bias=None):
     nws = _C.quantized_linear_workspace_size({k_: dl(v) for k_, v in live.items()})
     ws = dl(torch.empty(max(nws, 1), dtype=torch.uint8, device=x.device))
     _C.quantized_linear({k_: dl(v) for k_, v in live.items()}, current_stream(x.device), ws)
+    return y.reshape(*x.shape[:-1], n)
+
+
+# ---- W4A16 linear ----------------------------------------------------------------------------------------------
+def w4a16_linear(x, weight, scales, zeros=None, group_size=128, bias=None, weight_dtype="uint4"):
+    """y = x @ W.T (+ bias) with W[n, k] = (q[n, k] - zeros[n, k // group_size]) * scales[n, k // group_size]:
+    x [*, K] (float16 / bfloat16); weight [N, K / 2] uint8 holding two 4-bit codes a byte along K (even k in the
+    low nibble: what quantize_per_group(w, scales, zeros, group_size, -1, 'uint4' / 'int4') returns);
+    scales [N, K / group_size] (converted to float32); zeros the same shape (integers within the codes' range;
+    None: symmetric); group_size a multiple of 32 dividing K (K itself: per output channel). Rows of x up to 16
+    run a decode kernel that streams the packed weight once (exact integer codes on tensor cores, float32 group
+    sums times float32 scales); more rows dequantize the weight to x's dtype and call the GEMM. Inference only."""
+    require_torch()
+    _check_float("w4a16_linear", x)
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        raise RuntimeError(f"w4a16_linear: x expected float16 or bfloat16, got {x.dtype}")
+    q = _q_name(weight_dtype)
+    if q not in ("int4", "uint4"):
+        raise ValueError(f"w4a16_linear: weight_dtype expected 'int4' or 'uint4', got {weight_dtype!r}")
+    _check_cuda("w4a16_linear", weight)
+    if weight.dtype not in (torch.uint8, torch.int8) or weight.dim() != 2:
+        raise RuntimeError(f"w4a16_linear: weight expected a 2-D uint8 tensor [N, K/2], got {weight.dtype} "
+                           f"{list(weight.shape)}")
+    k = x.shape[-1]
+    n = weight.shape[0]
+    x2 = x.reshape(-1, k)
+    if x2.stride(-1) != 1 or (x2.shape[0] > 1 and x2.stride(0) % 8) or x2.data_ptr() % 16:
+        x2 = x2.clone(memory_format=torch.contiguous_format)  # the decode kernel reads 16-byte rows
+    y = torch.empty((x2.shape[0], n), dtype=x.dtype, device=x.device)
+    # [N, K / group_size]; a group size the plan refuses is passed through for its message.
+    shape = [n, k // group_size] if group_size > 0 and k % group_size == 0 else [-1]
+    count = n * (k // group_size) if shape != [-1] else None
+    if count is not None and (scales.numel() != count or (zeros is not None and zeros.numel() != count)):
+        raise RuntimeError(f"w4a16_linear: scales (and zeros) expected {shape[0]} x {shape[1]} = {count} elements "
+                           f"([N, K / group_size]), got {scales.numel()}"
+                           + (f" and {zeros.numel()}" if zeros is not None else ""))
+    t = {"x": x2, "weight": weight.contiguous(),
+         "scale": scales.detach().to(device=x.device, dtype=torch.float32).reshape(shape).contiguous(),
+         "zero_point": (_zp_tensor(zeros, x.device, zeros.numel()).reshape(shape) if zeros is not None else None),
+         "bias": bias.detach().to(x.dtype).contiguous() if bias is not None else None, "y": y}
+    params = {"weight_dtype": q, "group_size": int(group_size)}
+    live = {k_: v for k_, v in t.items() if v is not None}
+    nws = _C.w4a16_linear_workspace_size({k_: dl(v) for k_, v in live.items()}, params)
+    ws = dl(torch.empty(nws, dtype=torch.uint8, device=x.device)) if nws else None
+    _C.w4a16_linear({k_: dl(v) for k_, v in live.items()}, params, current_stream(x.device), ws)
     return y.reshape(*x.shape[:-1], n)

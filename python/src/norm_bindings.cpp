@@ -2,6 +2,9 @@
 // Tensors arrive by role in a dict ({"x": t, "weight": w, "out": y, ...}, the NormArgs field
 // names); the descriptor is derived from them: dtype and shape from x (forward) or dy
 // (backward), affine flags from which parameters are present, param_dtype from their dtype.
+// Channel ops (batch/instance/group norm, local_response_norm) take their scalars in a `params`
+// dict: num_groups, training, momentum, size, alpha, beta, k; running stats are present when
+// running_mean/running_var are.
 #include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -27,7 +30,8 @@ struct NormCall {
 };
 
 const char* const kInRoles[] = {"x", "residual", "weight", "bias", "dy", "y", "mean", "rstd", "mask"};
-const char* const kOutRoles[] = {"out", "residual_out", "save_mean", "save_rstd", "dweight", "dbias"};
+const char* const kOutRoles[] = {"out",     "residual_out", "save_mean",    "save_rstd",
+                                 "dweight", "dbias",        "running_mean", "running_var"};
 
 std::string role_list() {
   std::string s;
@@ -36,15 +40,41 @@ std::string role_list() {
   return s;
 }
 
-NormCall make_call(const std::string& op, bool backward, const nb::dict& tensors, int axis, int norm_ndim, double eps) {
+/// The channel ops' scalars from the `params` dict (absent keys keep NormDesc's defaults).
+void apply_params(const std::string& label, NormDesc& d, const nb::handle& params) {
+  if (params.is_none()) return;
+  if (!nb::isinstance<nb::dict>(params)) fail(label + ": params expected a dict or None");
+  for (auto [k, v] : nb::borrow<nb::dict>(params)) {
+    const std::string key = nb::cast<std::string>(k);
+    if (key == "num_groups")
+      d.num_groups = nb::cast<int>(v);
+    else if (key == "training")
+      d.training = nb::cast<bool>(v);
+    else if (key == "momentum")
+      d.momentum = nb::cast<double>(v);
+    else if (key == "size")
+      d.lrn_size = nb::cast<int>(v);
+    else if (key == "alpha")
+      d.lrn_alpha = nb::cast<double>(v);
+    else if (key == "beta")
+      d.lrn_beta = nb::cast<double>(v);
+    else if (key == "k")
+      d.lrn_k = nb::cast<double>(v);
+    else
+      fail(label + ": unknown param '" + key + "' (expected num_groups, training, momentum, size, alpha, beta, k)");
+  }
+}
+
+NormCall make_call(const std::string& op, bool backward, const nb::dict& tensors, int axis, int norm_ndim, double eps,
+                   const nb::handle& params = nb::none()) {
   NormCall c;
   const auto o = norm_op_from_name(op);
   if (!o) fail("baracuda: unknown norm op '" + op + "'");
   c.label = op + (backward ? "_backward" : "");
   TensorRef* refs[] = {&c.args.x, &c.args.residual, &c.args.weight, &c.args.bias, &c.args.dy,
                        &c.args.y, &c.args.mean,     &c.args.rstd,   &c.args.mask};
-  TensorMut* muts[] = {&c.args.out,       &c.args.residual_out, &c.args.save_mean,
-                       &c.args.save_rstd, &c.args.dweight,      &c.args.dbias};
+  TensorMut* muts[] = {&c.args.out,     &c.args.residual_out, &c.args.save_mean,    &c.args.save_rstd,
+                       &c.args.dweight, &c.args.dbias,        &c.args.running_mean, &c.args.running_var};
   bool present[std::size(kInRoles) + std::size(kOutRoles)] = {};
   for (auto [k, v] : tensors) {
     const std::string key = nb::cast<std::string>(k);
@@ -82,6 +112,11 @@ NormCall make_call(const std::string& op, bool backward, const nb::dict& tensors
     c.desc.eps = eps;       // normalize's floor
     c.desc.weight = has_w;  // select() refuses them with the op's name
     c.desc.bias = has_b;
+  } else if (in.kind == NormKind::channel) {
+    const bool has_running = present[std::size(kInRoles) + 6] || present[std::size(kInRoles) + 7];
+    c.desc = NormDesc::batch_norm(main.dtype, shape, has_w, has_b, true, has_running, 0.1, eps, dir);
+    c.desc.op = *o;
+    apply_params(c.label, c.desc, params);
   } else {
     c.desc = NormDesc::layer_norm(main.dtype, shape, norm_ndim, has_w, has_b, eps, dir);
     c.desc.op = *o;
@@ -101,6 +136,8 @@ NormCall make_call(const std::string& op, bool backward, const nb::dict& tensors
       c.desc.param_dtype = c.args.dweight.dtype;
     else if (c.args.dbias.data)
       c.desc.param_dtype = c.args.dbias.dtype;
+    else if (c.args.running_mean.data)
+      c.desc.param_dtype = c.args.running_mean.dtype;
   }
   return c;
 }
@@ -116,7 +153,7 @@ nb::list norm_ops_rows() {
   for (const auto& r : norm_ops()) {
     nb::dict d;
     d["name"] = r.name;
-    d["kind"] = r.kind == NormKind::axis ? "axis" : "norm";
+    d["kind"] = r.kind == NormKind::axis ? "axis" : (r.kind == NormKind::norm ? "norm" : "channel");
     d["fw_dtypes"] = dtype_names(r.fw_dtypes);
     d["bw_dtypes"] = dtype_names(r.bw_dtypes);
     d["params"] = r.params;
@@ -132,8 +169,8 @@ void bind_norm(nb::module_& m) {
   m.def(
       "norm",
       [](const std::string& op, bool backward, nb::dict tensors, int axis, int norm_ndim, double eps, uintptr_t stream,
-         nb::object workspace, bool vectorized) {
-        NormCall c = make_call(op, backward, tensors, axis, norm_ndim, eps);
+         nb::object workspace, bool vectorized, nb::object params) {
+        NormCall c = make_call(op, backward, tensors, axis, norm_ndim, eps, params);
         View wsv;
         const Workspace ws = workspace_of(c.label, workspace, wsv);
         Result<void> r;
@@ -146,27 +183,31 @@ void bind_norm(nb::module_& m) {
       },
       nb::arg("op"), nb::arg("backward"), nb::arg("tensors"), nb::arg("axis") = -1, nb::arg("norm_ndim") = 1,
       nb::arg("eps") = 1e-5, nb::arg("stream") = 0, nb::arg("workspace") = nb::none(), nb::arg("vectorized") = true,
+      nb::arg("params") = nb::none(),
       "Runs a softmax/normalization plan (cached by descriptor) on `stream`. `tensors` maps NormArgs roles "
       "(x, residual, weight, bias, dy, y, mean, rstd, mask, out, residual_out, save_mean, save_rstd, dweight, "
-      "dbias) to tensors; a bool mask excludes where true, a float mask is added.");
+      "dbias, running_mean, running_var) to tensors; a bool mask excludes where true, a float mask is added. "
+      "`params`: the channel ops' num_groups, training, momentum, size, alpha, beta, k.");
   m.def(
       "norm_workspace_size",
-      [](const std::string& op, bool backward, nb::dict tensors, int axis, int norm_ndim, double eps) {
-        NormCall c = make_call(op, backward, tensors, axis, norm_ndim, eps);
+      [](const std::string& op, bool backward, nb::dict tensors, int axis, int norm_ndim, double eps,
+         nb::object params) {
+        NormCall c = make_call(op, backward, tensors, axis, norm_ndim, eps, params);
         return unwrap(NormPlan::select(target_for(c.device), c.desc)).workspace_size();
       },
       nb::arg("op"), nb::arg("backward"), nb::arg("tensors"), nb::arg("axis") = -1, nb::arg("norm_ndim") = 1,
-      nb::arg("eps") = 1e-5);
+      nb::arg("eps") = 1e-5, nb::arg("params") = nb::none());
   m.def(
       "norm_sku",
-      [](const std::string& op, bool backward, nb::dict tensors, int axis, int norm_ndim, double eps, bool vectorized) {
-        NormCall c = make_call(op, backward, tensors, axis, norm_ndim, eps);
+      [](const std::string& op, bool backward, nb::dict tensors, int axis, int norm_ndim, double eps, bool vectorized,
+         nb::object params) {
+        NormCall c = make_call(op, backward, tensors, axis, norm_ndim, eps, params);
         const NormPlan p = unwrap(NormPlan::select(target_for(c.device), c.desc, pref_of(vectorized)));
         unwrap(p.can_implement(c.args));
         return p.sku().to_string() + " layout=" + p.layout_for(c.args);
       },
       nb::arg("op"), nb::arg("backward"), nb::arg("tensors"), nb::arg("axis") = -1, nb::arg("norm_ndim") = 1,
-      nb::arg("eps") = 1e-5, nb::arg("vectorized") = true);
+      nb::arg("eps") = 1e-5, nb::arg("vectorized") = true, nb::arg("params") = nb::none());
 }
 
 const bool reg = baracuda::py::register_bindings(&bind_norm);

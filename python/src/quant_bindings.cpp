@@ -210,6 +210,55 @@ LinearCall make_linear(const nb::dict& tensors) {
   return c;
 }
 
+// ---- w4a16_linear ----------------------------------------------------------------------------------
+struct W4Call {
+  W4A16LinearDesc desc;
+  W4A16LinearArgs args;
+  std::vector<View> views;
+  int device = -1;
+};
+
+/// tensors: x [m, k], weight [n, k / 2] (uint8 carrying two 4-bit codes a byte, reinterpreted as
+/// params' weight_dtype), scale [n, k / G] float32, zero_point [n, k / G] int32 (optional), bias [n]
+/// (optional), y [m, n]; params: weight_dtype ("int4" / "uint4"), group_size.
+W4Call make_w4(const nb::dict& tensors, const nb::dict& params) {
+  W4Call c;
+  const char* label = "w4a16_linear";
+  const char* const roles[] = {"x", "weight", "scale", "zero_point", "bias", "y"};
+  TensorRef* refs[] = {&c.args.x, &c.args.weight, &c.args.scale, &c.args.zero_point, &c.args.bias};
+  for (auto [k, v] : tensors) {
+    const std::string key = nb::cast<std::string>(k);
+    if (v.is_none()) continue;
+    size_t i = 0;
+    while (i < std::size(roles) && key != roles[i]) ++i;
+    if (i == std::size(roles))
+      fail(std::string(label) + ": unknown tensor role '" + key + "' (x, weight, scale, zero_point, bias, y)");
+    View view = to_view(label, v, roles[i], 0, i == 5);
+    if (i == 5)
+      c.args.y = view.t;
+    else
+      *refs[i] = view.t;
+    if (c.device < 0) c.device = view.device;
+    c.views.push_back(std::move(view));
+  }
+  if (!present(c.args.x) || !present(c.args.weight) || c.args.x.layout.rank != 2 || c.args.weight.layout.rank != 2)
+    fail(std::string(label) + ": expected 2-D 'x' [m, k] and 'weight' [n, k / 2] tensors");
+  const std::string wname = param<std::string>(params, "weight_dtype", "uint4");
+  const auto wdt = dtype_from_name(wname);
+  if (!wdt) fail(std::string(label) + ": unknown weight_dtype '" + wname + "'");
+  if (c.args.weight.dtype == DType::u8 || c.args.weight.dtype == DType::s8) c.args.weight.dtype = *wdt;
+  W4A16LinearDesc& d = c.desc;
+  d.dtype = c.args.x.dtype;
+  d.weight_dtype = *wdt;
+  d.m = c.args.x.layout.shape[0];
+  d.k = c.args.x.layout.shape[1];
+  d.n = c.args.weight.layout.shape[0];
+  d.group_size = param<int64_t>(params, "group_size", 128);
+  d.zero_point = present(c.args.zero_point);
+  d.bias = present(c.args.bias);
+  return c;
+}
+
 void bind_quant(nb::module_& m) {
   m.def("quant_ops", &quant_ops_rows, "One dict per row of quant_ops.def.");
   m.def(
@@ -272,6 +321,39 @@ void bind_quant(nb::module_& m) {
         return unwrap(QuantizedLinearPlan::select(target_for(c.device), c.desc)).workspace_size();
       },
       nb::arg("tensors"));
+  m.def(
+      "w4a16_linear",
+      [](nb::dict tensors, nb::dict params, uintptr_t stream, nb::object workspace) {
+        W4Call c = make_w4(tensors, params);
+        View wsv;
+        const Workspace ws = workspace_of("w4a16_linear", workspace, wsv);
+        Result<void> r;
+        {
+          nb::gil_scoped_release release;
+          DeviceGuard g(c.device);
+          r = baracuda::w4a16_linear(reinterpret_cast<cudaStream_t>(stream), c.desc, c.args, ws);
+        }
+        unwrap(r);
+      },
+      nb::arg("tensors"), nb::arg("params"), nb::arg("stream") = 0, nb::arg("workspace") = nb::none(),
+      "W4A16 linear: tensors x [m, k] (bf16/f16), weight [n, k/2] (uint8, two 4-bit codes a byte, even k low), "
+      "scale [n, k/G] float32, zero_point [n, k/G] int32 (optional), bias [n] (optional), y [m, n]; params "
+      "weight_dtype ('int4' / 'uint4'), group_size.");
+  m.def(
+      "w4a16_linear_workspace_size",
+      [](nb::dict tensors, nb::dict params) {
+        W4Call c = make_w4(tensors, params);
+        return unwrap(W4A16LinearPlan::select(target_for(c.device), c.desc)).workspace_size();
+      },
+      nb::arg("tensors"), nb::arg("params"));
+  m.def(
+      "w4a16_linear_sku",
+      [](nb::dict tensors, nb::dict params) {
+        W4Call c = make_w4(tensors, params);
+        const W4A16LinearPlan p = unwrap(W4A16LinearPlan::select(target_for(c.device), c.desc));
+        return p.sku().to_string() + " path=" + p.path();
+      },
+      nb::arg("tensors"), nb::arg("params"));
   m.def(
       "quantized_linear_sku",
       [](nb::dict tensors) {

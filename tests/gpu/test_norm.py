@@ -492,3 +492,325 @@ def test_normalize_errors():
         F.normalize(x, p=1.0)
     with pytest.raises(IndexError):
         F.normalize(x, dim=2)
+
+
+# ---- channel normalizations: batch_norm, instance_norm, group_norm, local_response_norm -----------
+CH_OPS = ["batch_norm", "instance_norm", "group_norm"]
+CH_LAYOUTS = ["nchw", "channels_last", "strided"]
+CH_MODES = ["train", "train_running", "eval"]
+CH_GROUPS = 4  # group_norm's num_groups in the tests (C = 16: 4 channels a group)
+
+
+def ch_layout(x, layout):
+    """x in a layout: contiguous NCHW, channels-last (any rank), or every other element of a
+    twice-as-long last dim (the strided fallback)."""
+    if layout == "channels_last":
+        return x.movedim(1, -1).contiguous().movedim(-1, 1)
+    if layout == "strided":
+        big = torch.zeros(x.shape[:-1] + (2 * x.shape[-1],), dtype=x.dtype, device=x.device)
+        big[..., ::2] = x
+        return big[..., ::2]
+    return x.contiguous()
+
+
+def ch_params(op, affine, dt, C, *seed):
+    pdt = torch.float32 if affine == "mixed" else dt
+    w = b = None
+    if affine != "none":
+        w = randn((C,), pdt, "chw", op, *seed, scale=0.5, shift=1.0)
+        b = randn((C,), pdt, "chb", op, *seed, scale=0.5)
+    return w, b, pdt
+
+
+def ch_running(C, pdt, *seed):
+    return (randn((C,), pdt, "rm", *seed, scale=0.3),
+            (torch.rand((C,), generator=gen("rv", *seed), dtype=torch.float64) + 0.5).to(pdt).to(DEV))
+
+
+def ch_call(lib, op, x, w, b, rm, rv, training, momentum=0.1, eps=1e-5, groups=CH_GROUPS):
+    if op == "batch_norm":
+        return lib.batch_norm(x, rm, rv, w, b, training, momentum, eps)
+    if op == "instance_norm":
+        return lib.instance_norm(x, rm, rv, w, b, training, momentum, eps)
+    return lib.group_norm(x, groups, w, b, eps)
+
+
+def ch_check(op, dt, x, w, b, rm, rv, training, what, eps=1e-5, groups=CH_GROUPS, momentum=0.1):
+    """Forward, running stats and backward (dx, dweight, dbias) of baracuda vs torch upcast."""
+    up = UP[dt]
+    xr = x.clone().requires_grad_()  # clone keeps x's strides (preserve_format) when x is dense
+    if x.stride() != xr.stride():
+        xr = x.detach().requires_grad_()
+    wr = w.clone().requires_grad_() if w is not None else None
+    br = b.clone().requires_grad_() if b is not None else None
+    rmr = rm.clone() if rm is not None else None
+    rvr = rv.clone() if rv is not None else None
+    y = ch_call(F, op, xr, wr, br, rmr, rvr, training, momentum, eps, groups)
+    xu = x.detach().to(up).requires_grad_()
+    wu = w.detach().to(up).requires_grad_() if w is not None else None
+    bu = b.detach().to(up).requires_grad_() if b is not None else None
+    rmu = rm.to(up) if rm is not None else None
+    rvu = rv.to(up) if rv is not None else None
+    yref = ch_call(tF, op, xu, wu, bu, rmu, rvu, training, momentum, eps, groups)
+    assert y.dtype == dt and y.shape == x.shape
+    rtol, atol = tol(op, dt)
+    not_degenerate(yref, what)
+    close(y, yref.detach().to(dt), rtol, atol, f"{what}: y")
+    if rm is not None:
+        close(rmr, rmu.to(rm.dtype), rtol, atol, f"{what}: running_mean")
+        close(rvr, rvu.to(rv.dtype), rtol, atol, f"{what}: running_var")
+    dy = randn(x.shape, dt, "chdy", what)
+    y.backward(dy)
+    yref.backward(dy.to(up))
+    rtol, atol = tol(op, dt, bw=True)
+    count = x.numel() // x.shape[1]  # elements summed into a parameter gradient
+    close(xr.grad, xu.grad.to(dt), rtol, atol, f"{what}: dx")
+    if w is not None:
+        close(wr.grad, wu.grad.to(w.dtype), rtol, atol * count, f"{what}: dweight")
+        close(br.grad, bu.grad.to(b.dtype), rtol, atol * count, f"{what}: dbias")
+
+
+@pytest.mark.parametrize("op", CH_OPS)
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("layout", CH_LAYOUTS)
+@pytest.mark.parametrize("mode", CH_MODES)
+@pytest.mark.parametrize("affine", ["none", "weight_bias", "mixed"])
+def test_channel_norm(op, dt, layout, mode, affine):
+    if affine == "mixed" and dt not in (torch.float16, torch.bfloat16):
+        pytest.skip("mixed precision: f16/bf16 inputs with f32 parameters")
+    if op == "group_norm" and mode != "train":
+        pytest.skip("group_norm has no running statistics")
+    shape = (4, 16, 5, 7)  # 35 spatial elements: the scalar planes path; channels-last vectorizes
+    x = ch_layout(randn(shape, dt, "ch", op, dt, layout, mode, affine, scale=1.5, shift=0.7), layout)
+    w, b, pdt = ch_params(op, affine, dt, shape[1], dt, layout, mode)
+    rm = rv = None
+    if mode != "train":
+        rm, rv = ch_running(shape[1], pdt, op, dt, layout, mode)
+    ch_check(op, dt, x, w, b, rm, rv, mode != "eval", f"{op} {dt} {layout} {mode} {affine}")
+
+
+@pytest.mark.parametrize("op", CH_OPS)
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("shape", [(2, 32, 8, 8), (3, 24, 9), (6, 16), (2, 8, 3, 4, 5), (1, 16, 64, 64),
+                                   (2, 16, 32, 33), (33, 8, 1, 1), (2, 64, 40, 40)], ids=str)
+def test_channel_norm_shapes(op, dt, layout, shape):
+    """Vectorized planes (S % 8 == 0), 3-d / 2-d / 5-d inputs, spatial 1, a small batch of large
+    planes (chunks within a plane), and group rows past the on-chip budget (f32 [2, 64, 40, 40] with 4
+    groups: 16 x 1600 x 4 bytes a row forward, twice that backward)."""
+    if op == "instance_norm" and math.prod(shape[2:]) == 1:
+        pytest.skip("instance_norm needs more than one spatial element")
+    C = shape[1]
+    x = ch_layout(randn(shape, dt, "chs", op, dt, layout, shape, shift=-0.4), layout)
+    w, b, pdt = ch_params(op, "weight_bias", dt, C, "shapes", shape)
+    rm, rv = ch_running(C, pdt, "shapes", op, shape) if op != "group_norm" else (None, None)
+    # Spatial 1: 2 groups (4 channels a group), since the gradient of a 2-element group is
+    # ill-conditioned (torch's own f32 misses an f64 reference by 3e-4 there).
+    groups = 2 if math.prod(shape[2:]) == 1 else CH_GROUPS
+    ch_check(op, dt, x, w, b, rm, rv, True, f"{op} {dt} {layout} {list(shape)}", groups=groups)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 32, 64])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_group_norm_groups(groups, layout):
+    """One group (layer norm over C x S), a few large groups (past the on-chip rows in f32), one
+    channel a group."""
+    dt = torch.float32
+    x = ch_layout(randn((3, 64, 20, 20), dt, "gng", groups, layout, scale=2.0, shift=3.0), layout)
+    w, b, _ = ch_params("group_norm", "weight_bias", dt, 64, "gng", groups)
+    ch_check("group_norm", dt, x, w, b, None, None, True, f"group_norm G={groups} {layout}", groups=groups)
+
+
+def test_batch_norm_large_mean():
+    """|mean| >> std: the shifted sums keep the variance (plain sums of x and x^2 would cancel)."""
+    dt = torch.float32
+    x = randn((8, 4, 16, 16), dt, "bnmean", scale=0.01, shift=1000.0)
+    for layout in ("nchw", "channels_last"):
+        y = F.batch_norm(ch_layout(x, layout), None, None, training=True)
+        ref = tF.batch_norm(x.double(), None, None, training=True).float()
+        close(y, ref, 2e-3, 2e-3, f"batch_norm large mean {layout}")
+
+
+@pytest.mark.parametrize("op", CH_OPS)
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_channel_norm_param_grads_deterministic(op, layout):
+    dt = torch.bfloat16
+    x = ch_layout(randn((8, 64, 28, 28), dt, "chdet", op), layout)
+    w, b, _ = ch_params(op, "mixed", dt, 64, "chdet", op)
+    dy = ch_layout(randn(x.shape, dt, "chdet-dy", op), layout)
+    grads = []
+    for _ in range(3):
+        wr, br = w.clone().requires_grad_(), b.clone().requires_grad_()
+        xr = x.clone().requires_grad_()
+        ch_call(F, op, xr, wr, br, None, None, True, groups=32).backward(dy)
+        grads.append((xr.grad.clone(), wr.grad.clone(), br.grad.clone()))
+    for g in grads[1:]:
+        for k, name in enumerate(("dx", "dweight", "dbias")):
+            assert torch.equal(g[k], grads[0][k]), f"{op} {layout}: {name} differs between runs"
+
+
+@pytest.mark.parametrize("op", CH_OPS)
+def test_channel_norm_empty_batch(op):
+    x = torch.empty((0, 8, 3, 3), device=DEV, requires_grad=True)
+    w = torch.ones(8, device=DEV, requires_grad=True)
+    b = torch.zeros(8, device=DEV, requires_grad=True)
+    rm, rv = torch.zeros(8, device=DEV), torch.ones(8, device=DEV)
+    y = ch_call(F, op, x, w, b, rm if op != "group_norm" else None, rv if op != "group_norm" else None, True,
+                groups=2)
+    assert y.shape == x.shape
+    y.sum().backward()
+    assert torch.equal(w.grad, torch.zeros_like(w)) and torch.equal(b.grad, torch.zeros_like(b)), \
+        "parameter gradients of an empty batch are zero (torch)"
+    assert torch.equal(rm, torch.zeros(8, device=DEV)), "an empty batch leaves the running stats alone (torch)"
+
+
+def test_channel_norm_edge_cases():
+    dt = torch.float32
+    # N = 1 (batch_norm over the spatial dims of one sample), spatial 1 (batch_norm of [N, C]).
+    for shape in ((1, 8, 5, 5), (7, 8), (7, 8, 1)):
+        x = randn(shape, dt, "edge", shape)
+        w, b, _ = ch_params("batch_norm", "weight_bias", dt, 8, "edge", shape)
+        rm, rv = ch_running(8, dt, "edge", shape)
+        ch_check("batch_norm", dt, x, w, b, rm, rv, True, f"batch_norm {list(shape)}")
+    # group_norm of [N, C] (spatial 1) and of one channel a group.
+    x = randn((5, 6), dt, "edge-gn")
+    ch_check("group_norm", dt, x, None, None, None, None, True, "group_norm [5, 6]", groups=3)
+    # A gradient laid out differently from x (expanded, then channels-last vs NCHW).
+    x = randn((2, 8, 4, 4), dt, "edge-dy")
+    xr = x.clone().requires_grad_()
+    F.batch_norm(xr, None, None, training=True).sum().backward()
+    xu = x.double().requires_grad_()
+    tF.batch_norm(xu, None, None, training=True).sum().backward()
+    close(xr.grad, xu.grad.float(), 1e-5, 1e-5, "batch_norm dx of an expanded gradient")
+
+
+def test_channel_norm_errors():
+    x = randn((2, 6, 3, 3), torch.float32, "cherr")
+    with pytest.raises(RuntimeError, match="num_groups"):
+        F.group_norm(x, 4)
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        F.batch_norm(randn((1, 6), torch.float32, "cherr1"), None, None, training=True)
+    with pytest.raises(ValueError, match="more than 1 spatial element"):
+        F.instance_norm(randn((2, 6, 1), torch.float32, "cherr2"))
+    with pytest.raises(RuntimeError, match="running_mean"):
+        F.batch_norm(x, None, None, training=False)
+    with pytest.raises(RuntimeError, match="weight"):
+        F.batch_norm(x, None, None, torch.ones(5, device=DEV), training=True)
+    with pytest.raises(ValueError, match="3D"):
+        F.local_response_norm(randn((2, 6), torch.float32, "cherr3"), 3)
+    with pytest.raises(RuntimeError, match="eps"):
+        F.group_norm(x, 2, eps=float("nan"))
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("op,groups", [("batch_norm", 1), ("group_norm", 4), ("group_norm", 1),
+                                       ("instance_norm", 1)])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_channel_norm_poisoned_outputs(op, groups, layout):
+    """Every output element (y, statistics, running stats, dx, dweight, dbias) is written: outputs
+    start as NaN, the workspace as 0xff. group_norm with one group over [2, 64, 40, 40] f32 takes the
+    three-kernel path; with 4 groups, rows on chip (NCHW)."""
+    dt = torch.float32
+    N, C = 2, 64
+    x = ch_layout(randn((N, C, 40, 40), dt, "chpoison", op, groups, layout), layout)
+    w = randn((C,), dt, "chpoison-w", shift=1.0)
+    b = randn((C,), dt, "chpoison-b")
+    nan = float("nan")
+    stat = N * (groups if op == "group_norm" else C) if op != "batch_norm" else C
+    y = torch.full_like(x, nan)
+    mean = torch.full((stat,), nan, device=DEV)
+    rstd = torch.full((stat,), nan, device=DEV)
+    rm = torch.zeros(C, device=DEV) if op == "instance_norm" else None
+    rv = torch.ones(C, device=DEV) if op == "instance_norm" else None
+    stream = torch.cuda.current_stream().cuda_stream
+    params = {"num_groups": groups if op == "group_norm" else 1, "training": True, "momentum": 0.1}
+    fw = {k: v for k, v in {"x": x, "weight": w, "bias": b, "out": y, "save_mean": mean, "save_rstd": rstd,
+                            "running_mean": rm, "running_var": rv}.items() if v is not None}
+    nws = _C.norm_workspace_size(op, False, {k: dl(v) for k, v in fw.items()}, -1, 1, 1e-5, params)
+    ws = torch.full((max(nws, 1),), 255, dtype=torch.uint8, device=DEV)
+    _C.norm(op, False, {k: dl(v) for k, v in fw.items()}, -1, 1, 1e-5, stream, dl(ws), True, params)
+    dx = torch.full_like(x, nan)
+    dw = torch.full_like(w, nan)
+    db = torch.full_like(b, nan)
+    bw = {"dy": ch_layout(torch.ones(x.shape, device=DEV), layout), "x": x, "mean": mean, "rstd": rstd,
+          "weight": w, "out": dx, "dweight": dw, "dbias": db}
+    nws = _C.norm_workspace_size(op, True, {k: dl(v) for k, v in bw.items()}, -1, 1, 1e-5, params)
+    ws = torch.full((max(nws, 1),), 255, dtype=torch.uint8, device=DEV)
+    _C.norm(op, True, {k: dl(v) for k, v in bw.items()}, -1, 1, 1e-5, stream, dl(ws), True, params)
+    torch.cuda.synchronize()
+    for name, t in (("y", y), ("mean", mean), ("rstd", rstd), ("running_mean", rm), ("running_var", rv), ("dx", dx),
+                    ("dweight", dw), ("dbias", db)):
+        if t is not None:
+            assert torch.isfinite(t).all(), f"{op} G={groups} {layout}: {name} has unwritten (NaN) elements"
+
+
+def test_channel_norm_layouts_reported():
+    """The variant each layout takes (the SKU's layout string)."""
+    def layout_of(op, x, **params):
+        C = x.shape[1]
+        t = {"x": dl(x), "weight": dl(torch.ones(C, device=DEV)), "out": dl(torch.empty_like(x))}
+        return _C.norm_sku(op, False, t, -1, 1, 1e-5, True, {"training": True, **params}).split("layout=")[-1]
+    x = randn((2, 16, 8, 8), torch.bfloat16, "chlay")
+    assert layout_of("batch_norm", x) == "planes-vec16"
+    assert layout_of("batch_norm", ch_layout(x, "channels_last")) == "pixels-vec16"
+    assert layout_of("batch_norm", ch_layout(x, "strided")) == "strided-scalar"
+    assert layout_of("group_norm", x, num_groups=4) == "smem-rows-vec16"
+    assert layout_of("group_norm", ch_layout(x, "channels_last"), num_groups=4) == "pixels-vec16"
+    assert layout_of("batch_norm", randn((2, 16, 5, 7), torch.bfloat16, "chlay2")) == "planes-scalar"
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("layout", CH_LAYOUTS)
+@pytest.mark.parametrize("size", [1, 2, 5])
+def test_local_response_norm(dt, layout, size):
+    shape = (3, 10, 4, 5)
+    x = ch_layout(randn(shape, dt, "lrn", dt, layout, size, scale=2.0), layout)
+    xr = x.clone().requires_grad_() if x.is_contiguous() or layout == "channels_last" else x.detach().requires_grad_()
+    y = F.local_response_norm(xr, size, alpha=1e-2, beta=0.75, k=1.5)
+    up = UP[dt]
+    xu = x.detach().to(up).requires_grad_()
+    yref = tF.local_response_norm(xu, size, alpha=1e-2, beta=0.75, k=1.5)
+    what = f"local_response_norm {dt} {layout} size={size}"
+    close(y, yref.detach().to(dt), *tol("local_response_norm", dt), what)
+    dy = randn(shape, dt, "lrn-dy", dt, layout, size)
+    y.backward(dy)
+    yref.backward(dy.to(up))
+    close(xr.grad, xu.grad.to(dt), *tol("local_response_norm", dt, bw=True), what + " dx")
+
+
+def test_local_response_norm_3d_5d_and_empty():
+    for shape in ((2, 7, 9), (2, 6, 3, 2, 4)):
+        x = randn(shape, torch.float32, "lrn35", shape)
+        close(F.local_response_norm(x, 3), tF.local_response_norm(x.double(), 3).float(), 1e-5, 1e-6,
+              f"local_response_norm {list(shape)}")
+    x = torch.empty((0, 4, 3), device=DEV)
+    assert F.local_response_norm(x, 2) is x  # torch returns its input when empty
+
+
+def test_native_batch_and_group_norm():
+    """The ATen-named direct calls against torch.ops.aten."""
+    dt = torch.float32
+    x = randn((4, 8, 6, 6), dt, "native")
+    w, b, _ = ch_params("batch_norm", "weight_bias", dt, 8, "native")
+    rm, rv = ch_running(8, dt, "native")
+    rm2, rv2 = rm.clone(), rv.clone()
+    y, m, r = F.native_batch_norm(x, w, b, rm, rv, True, 0.1, 1e-5)
+    yr, mr, rr = torch.ops.aten.native_batch_norm(x, w, b, rm2, rv2, True, 0.1, 1e-5)
+    close(y, yr, 1e-5, 1e-5, "native_batch_norm y")
+    close(m, mr, 1e-5, 1e-6, "native_batch_norm save_mean")
+    close(r, rr, 1e-5, 1e-6, "native_batch_norm save_invstd")
+    close(rm, rm2, 1e-5, 1e-6, "native_batch_norm running_mean")
+    dy = randn(x.shape, dt, "native-dy")
+    got = F.native_batch_norm_backward(dy, x, w, rm, rv, m, r, True, 1e-5, (True, True, True))
+    ref = torch.ops.aten.native_batch_norm_backward(dy, x, w, rm2, rv2, mr, rr, True, 1e-5, [True, True, True])
+    for g, rf, name in zip(got, ref, ("dx", "dweight", "dbias")):
+        close(g, rf, 1e-4, 1e-4, f"native_batch_norm_backward {name}")
+    y, m, r = F.native_group_norm(x, w, b, 4, 8, 36, 2, 1e-5)
+    yr, mr, rr = torch.ops.aten.native_group_norm(x, w, b, 4, 8, 36, 2, 1e-5)
+    close(y, yr, 1e-5, 1e-5, "native_group_norm y")
+    close(m, mr, 1e-5, 1e-6, "native_group_norm mean")
+    close(r, rr, 1e-5, 1e-6, "native_group_norm rstd")
+    got = F.native_group_norm_backward(dy, x, m, r, w, 4, 8, 36, 2, (True, True, True))
+    ref = torch.ops.aten.native_group_norm_backward(dy, x, mr, rr, w, 4, 8, 36, 2, [True, True, True])
+    for g, rf, name in zip(got, ref, ("dx", "dweight", "dbias")):
+        close(g, rf, 1e-4, 1e-4, f"native_group_norm_backward {name}")

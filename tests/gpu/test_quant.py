@@ -6,7 +6,8 @@ and the STE backward through torch autograd), torch._fake_quantize_learnable_* (
 dscale / dzero_point are sums, compared at a tolerance, and checked bit-identical run to run).
 Per-token, per-group, packed int4 and fp8 against a torch reference computed upcast (float64
 division, torch.round's half-to-even; fp8 through (x / scale).clamp(-M, M).to(float8)), compared
-exactly (bytes). Inputs include exact rounding ties, strided / transposed views, every floating
+exactly (bytes). The W4A16 linear against torch's dequantize-then-matmul in float32, within the
+output dtype's rounding (plus the weights' rounding on the m > 16 GEMM path). Inputs include exact rounding ties, strided / transposed views, every floating
 dtype, empty tensors, and one tensor past 2^31 elements (marked slow). Outputs are poisoned before
 the raw calls so unwritten elements show.
 """
@@ -443,6 +444,95 @@ def test_quantized_linear_has_no_backward():
             pytest.skip("GemmPlan has no int8 scaled variant yet")
         raise
     assert not y.requires_grad
+
+
+# ---- W4A16 linear (int4 weight-only) ---------------------------------------------------------------------
+def w4_case(n, k, group, wdt, zp, seed):
+    """Random codes (the weight dtype's range), packed [n, k / 2]; scales [n, k / group]; zeros or None."""
+    g = gen("w4", n, k, group, wdt, zp, *seed)
+    lo, hi = RANGE[wdt]
+    codes = torch.randint(lo, hi + 1, (n, k), generator=g).to(DEV)
+    scales = (torch.rand(n, k // group, generator=g) * 0.02 + 0.002).float().to(DEV)
+    zeros = torch.randint(lo, hi + 1, (n, k // group), generator=g).to(DEV) if zp else None
+    return codes, pack4(codes), scales, zeros
+
+
+def w4_ref(x, codes, scales, zeros, group, bias):
+    """The upcast reference: W = (q - z) * s in float32 (torch), then x.float() @ W.T (+ bias) in float32. Also
+    |x| @ |W|.T, the scale of the sum's rounding errors."""
+    z = zeros.repeat_interleave(group, 1).float() if zeros is not None else 0.0
+    w = (codes.float() - z) * scales.repeat_interleave(group, 1)
+    ref = x.float() @ w.t()
+    if bias is not None:
+        ref = ref + bias.float()
+    return ref, x.float().abs() @ w.abs().t()
+
+
+def w4_check(y, ref, mag, dt, m, what):
+    """Decode (m <= 16): float32 sums, one rounding to dt. GEMM path: the weights were rounded to dt too."""
+    eps = 2.0 ** -8 if dt == torch.bfloat16 else 2.0 ** -11
+    allowed = eps * ref.abs() + (1e-5 if m <= 16 else eps) * mag + 1e-6
+    err = (y.float() - ref).abs()
+    bad = (err > allowed).nonzero()
+    assert bad.numel() == 0, (f"{what}: {bad.shape[0]} element(s) off, first {tuple(bad[0].tolist())}: "
+                              f"got {y.float()[tuple(bad[0])].item()} want {ref[tuple(bad[0])].item()}")
+
+
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("wdt", ["uint4", "int4"])
+@pytest.mark.parametrize("m", [1, 5, 16, 17, 64])
+@pytest.mark.parametrize("nkg", [(4096, 4096, 128), (264, 512, 32), (200, 384, 384), (96, 320, 64), (72, 288, 96)])
+@pytest.mark.parametrize("zp,with_bias", [(False, False), (True, True), (False, True)])
+def test_w4a16_linear(dt, wdt, m, nkg, zp, with_bias):
+    n, k, group = nkg
+    codes, w, scales, zeros = w4_case(n, k, group, wdt, zp, (m, str(dt)))
+    x = randn((m, k), dt, "w4x", dt, m, nkg)
+    bias = randn((n,), dt, "w4b", dt, nkg) if with_bias else None
+    y = Q.w4a16_linear(x, w, scales, zeros, group, bias, wdt)
+    assert y.dtype == dt and y.shape == (m, n)
+    ref, mag = w4_ref(x, codes, scales, zeros, group, bias)
+    w4_check(y, ref, mag, dt, m, f"w4a16 {dt} {wdt} m={m} n,k,G={nkg} zp={zp} bias={with_bias}")
+
+
+def test_w4a16_decode_is_deterministic_and_takes_views():
+    n, k, group = 512, 14336, 128  # a long K: 448 steps over 8 warps
+    codes, w, scales, zeros = w4_case(n, k, group, "uint4", True, ("det",))
+    base = randn((k, 3), torch.bfloat16, "w4det")
+    x = base.t()[:2]  # [2, k] with column stride 3: the Python layer copies it contiguous
+    y1 = Q.w4a16_linear(x, w, scales, zeros, group)
+    y2 = Q.w4a16_linear(x.contiguous(), w, scales, zeros, group)
+    same_bytes(y1, y2, "w4a16 run to run")
+    ref, mag = w4_ref(x, codes, scales, zeros, group, None)
+    w4_check(y1, ref, mag, torch.bfloat16, 2, "w4a16 long K")
+    x3 = randn((2, 3, k), torch.bfloat16, "w4b3")  # leading dims flatten into rows
+    y3 = Q.w4a16_linear(x3, w, scales, zeros, group)
+    assert y3.shape == (2, 3, n)
+    ref3, mag3 = w4_ref(x3.reshape(6, k), codes, scales, zeros, group, None)
+    w4_check(y3.reshape(6, n), ref3, mag3, torch.bfloat16, 6, "w4a16 3-D x")
+
+
+def test_w4a16_matches_quantize_per_group():
+    """The weight layout is quantize_per_group's (axis -1): quantize an nn.Linear weight, then run it."""
+    n, k, group = 128, 256, 64
+    wf = randn((n, k), torch.float32, "w4w", scale=0.05)
+    s = wf.abs().reshape(n, k // group, group).amax(-1) / 7
+    wq = Q.quantize_per_group(wf, s, None, group, -1, "int4")
+    x = randn((3, k), torch.float16, "w4q")
+    y = Q.w4a16_linear(x, wq, s, None, group, weight_dtype="int4")
+    codes = torch.clamp(torch.round(wf.double() / s.repeat_interleave(group, 1).double()), -8, 7)
+    ref, mag = w4_ref(x, codes, s, None, group, None)
+    w4_check(y, ref, mag, torch.float16, 3, "w4a16 from quantize_per_group")
+
+
+def test_w4a16_errors():
+    codes, w, scales, _ = w4_case(64, 256, 128, "uint4", False, ("err",))
+    x = randn((2, 256), torch.bfloat16, "w4e")
+    with pytest.raises(RuntimeError, match="group_size expected a positive multiple of 32, got 48"):
+        Q.w4a16_linear(x, w, scales, None, 48)
+    with pytest.raises(RuntimeError, match="float16 or bfloat16"):
+        Q.w4a16_linear(x.float(), w, scales)
+    with pytest.raises(RuntimeError, match="scales"):
+        Q.w4a16_linear(x, w, scales[:, :1])
 
 
 # ---- errors ------------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // The softmax/normalization family without a GPU: the table, dtype coverage (declared ==
 // accepted), descriptor and argument refusals with their messages, preferences, the launch
-// shape (a function of the problem only), workspace sizing and the variant run() would take.
+// shape (a function of the problem only), workspace sizing and the variant run() would take;
+// the same for the channel ops (batch/instance/group norm, local_response_norm).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,15 +40,41 @@ NormArgs ln_args(DType dt = DType::f32) {
   return a;
 }
 
+/// A descriptor of `in`'s kind that select() accepts whenever `dt` is declared (channel ops:
+/// [2, 4, 3] with weight and bias, group_norm in 2 groups, lrn size 3).
+NormDesc probe_of(const NormOpInfo& in, DType dt, Direction dir) {
+  NormDesc d;
+  if (in.kind == NormKind::axis) {
+    d = NormDesc::softmax(dt, Shape::of({4, 8}), -1, false, dir);
+  } else if (in.kind == NormKind::norm) {
+    d = NormDesc::layer_norm(dt, Shape::of({4, 8}), 1, true, in.takes_bias(), 1e-5, dir);
+  } else if (in.op == NormOp::local_response_norm) {
+    d = NormDesc::local_response_norm(dt, Shape::of({2, 4, 3}), 3, 1e-4, 0.75, 1.0, dir);
+  } else {
+    d = NormDesc::batch_norm(dt, Shape::of({2, 4, 3}), true, true, true, false, 0.1, 1e-5, dir);
+    d.num_groups = in.op == NormOp::group_norm ? 2 : 1;
+  }
+  d.op = in.op;
+  return d;
+}
+
 // ---- table and coverage ------------------------------------------------------------------------
 TEST(NormTable, RowsAndNames) {
-  ASSERT_EQ(norm_ops().size(), 5u);
-  for (const char* n : {"softmax", "log_softmax", "layer_norm", "rms_norm", "normalize"}) {
+  ASSERT_EQ(norm_ops().size(), 9u);
+  for (const char* n : {"softmax", "log_softmax", "layer_norm", "rms_norm", "normalize", "batch_norm", "instance_norm",
+                        "group_norm", "local_response_norm"}) {
     auto op = norm_op_from_name(n);
     ASSERT_TRUE(op.has_value()) << n;
     EXPECT_STREQ(info(*op).name, n);
   }
-  EXPECT_FALSE(norm_op_from_name("batch_norm").has_value());
+  EXPECT_FALSE(norm_op_from_name("sparsemax").has_value());
+  for (NormOp op : {NormOp::batch_norm, NormOp::instance_norm, NormOp::group_norm}) {
+    EXPECT_EQ(info(op).kind, NormKind::channel);
+    EXPECT_TRUE(info(op).takes_weight() && info(op).takes_bias());
+    EXPECT_TRUE(info(op).saves_mean());
+  }
+  EXPECT_EQ(info(NormOp::local_response_norm).kind, NormKind::channel);
+  EXPECT_FALSE(info(NormOp::local_response_norm).takes_weight());
   EXPECT_TRUE(info(NormOp::layer_norm).takes_bias());
   EXPECT_TRUE(info(NormOp::layer_norm).saves_mean());
   EXPECT_FALSE(info(NormOp::rms_norm).takes_bias());
@@ -67,11 +94,7 @@ TEST(NormCoverage, AcceptsExactlyDeclaredDtypes) {
       for (int i = 0; i < kNumDTypes; ++i) {
         const DType t = static_cast<DType>(i);
         SCOPED_TRACE(std::string(in.name) + " " + to_string(dir) + " " + std::string(name(t)));
-        NormDesc d = in.kind == NormKind::axis
-                         ? NormDesc::softmax(t, Shape::of({4, 8}), -1, false, dir)
-                         : NormDesc::layer_norm(t, Shape::of({4, 8}), 1, true, in.takes_bias(), 1e-5, dir);
-        d.op = in.op;
-        auto plan = NormPlan::select(kTarget, d);
+        auto plan = NormPlan::select(kTarget, probe_of(in, t, dir));
         const DTypeSet declared = dir == Direction::Forward ? in.fw_dtypes : in.bw_dtypes;
         if (contains(declared, t)) {
           ASSERT_TRUE(plan.ok()) << plan.message();
@@ -92,13 +115,17 @@ TEST(NormCoverage, ListedRows) {
       return r.family == "norm" && r.op == op && r.direction == dir && r.dtype == dt;
     });
   };
-  for (const char* op : {"softmax", "log_softmax", "layer_norm", "rms_norm", "normalize"})
+  for (const char* op : {"softmax", "log_softmax", "layer_norm", "rms_norm", "normalize", "batch_norm", "instance_norm",
+                         "group_norm", "local_response_norm"})
     for (Direction dir : {Direction::Forward, Direction::Backward})
       for (const char* dt : {"float32", "float16", "bfloat16", "float64"})
         EXPECT_TRUE(has(op, dir, dt)) << op << " " << dt;
   EXPECT_TRUE(has("layer_norm", Direction::Forward, "bfloat16,float32->bfloat16"));
   EXPECT_TRUE(has("rms_norm", Direction::Backward, "float16,float32->float16"));
   EXPECT_FALSE(has("softmax", Direction::Forward, "bfloat16,float32->bfloat16"));
+  EXPECT_TRUE(has("batch_norm", Direction::Backward, "bfloat16,float32->bfloat16"));
+  EXPECT_TRUE(has("group_norm", Direction::Forward, "float16,float32->float16"));
+  EXPECT_FALSE(has("local_response_norm", Direction::Forward, "bfloat16,float32->bfloat16"));
   EXPECT_FALSE(has("softmax", Direction::Forward, "int32"));
 }
 
@@ -485,6 +512,278 @@ TEST(NormNormalize, ValidationAndArgs) {
   a.x = ref_of(1, DType::f32, Layout::contiguous({8, 64}));
   EXPECT_TRUE(b->can_implement(a).ok()) << b->can_implement(a).message();
   EXPECT_EQ(b->layout_for(a), "subwarp-registers-vec16");
+}
+
+// ---- channel ops -----------------------------------------------------------------------------------
+NormDesc bn(DType dt = DType::bf16, Direction dir = Direction::Forward, bool training = true, bool running = true) {
+  return NormDesc::batch_norm(dt, Shape::of({2, 16, 8, 8}), true, true, training, running, 0.1, 1e-5, dir);
+}
+/// Forward batch_norm args matching bn(): x [2, 16, 8, 8] (in `l`), params, running stats, saved stats.
+NormArgs bn_args(DType dt = DType::bf16, const Layout& l = Layout::contiguous({2, 16, 8, 8})) {
+  NormArgs a;
+  a.x = ref_of(0, dt, l);
+  a.weight = ref_of(1, dt, Layout::contiguous({16}));
+  a.bias = ref_of(2, dt, Layout::contiguous({16}));
+  a.running_mean = mut_of(3, dt, Layout::contiguous({16}));
+  a.running_var = mut_of(4, dt, Layout::contiguous({16}));
+  a.out = mut_of(5, dt, l);
+  a.save_mean = mut_of(6, DType::f32, Layout::contiguous({16}));
+  a.save_rstd = mut_of(7, DType::f32, Layout::contiguous({16}));
+  return a;
+}
+const Layout kChannelsLast = strided({2, 16, 8, 8}, {1024, 1, 128, 16});
+
+TEST(NormChannel, DescriptorRefusals) {
+  EXPECT_TRUE(NormPlan::select(kTarget, bn()).ok());
+  auto d = bn();
+  d.shape = Shape::of({16});
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, d), Status::InvalidProblem, "batch_norm", "rank >= 2", "got shape [16]");
+  d = bn();
+  d.training = false;
+  d.running_stats = false;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, d), Status::InvalidProblem, "batch_norm", "running_stats=true");
+  d = bn();
+  d.num_groups = 2;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, d), Status::InvalidProblem, "num_groups is group_norm's", "got 2");
+  d = bn();
+  d.momentum = std::numeric_limits<double>::infinity();
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, d), Status::InvalidProblem, "momentum", "finite");
+  d = bn();
+  d.eps = -1;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, d), Status::InvalidProblem, "eps");
+  d = bn();
+  d.residual = true;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, d), Status::InvalidProblem, "batch_norm takes no residual");
+  auto g = NormDesc::group_norm(DType::f32, Shape::of({2, 6, 4}), 4, true, true, 1e-5);
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, g), Status::InvalidProblem, "group_norm", "num_groups",
+                    "divide the 6 channels", "got 4");
+  g.num_groups = 0;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, g), Status::InvalidProblem, "num_groups expected >= 1");
+  g.num_groups = 3;
+  EXPECT_TRUE(NormPlan::select(kTarget, g).ok());
+  g.running_stats = true;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, g), Status::InvalidProblem, "no running statistics");
+  auto l = NormDesc::local_response_norm(DType::f32, Shape::of({2, 6, 4}), 0, 1e-4, 0.75, 1.0);
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, l), Status::InvalidProblem, "local_response_norm", "size", "got 0");
+  l.lrn_size = 3;
+  l.lrn_beta = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, l), Status::InvalidProblem, "beta expected finite");
+  l.lrn_beta = 0.75;
+  l.weight = true;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, l), Status::InvalidProblem, "takes no weight");
+  // The channel fields belong to the channel ops.
+  auto s = NormDesc::softmax(DType::f32, Shape::of({4, 8}), -1);
+  s.num_groups = 2;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, s), Status::InvalidProblem, "softmax", "channel ops");
+  auto ln_eval = ln();
+  ln_eval.training = false;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, ln_eval), Status::InvalidProblem, "layer_norm", "channel ops");
+}
+
+TEST(NormChannel, ParamDtype) {
+  auto d = bn();
+  d.param_dtype = DType::f32;  // torch's mixed batch norm: bf16 input, f32 weight/bias/running stats
+  auto p = NormPlan::select(kTarget, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->sku().dtypes, "bfloat16,float32->bfloat16");
+  // Running stats alone carry the parameter dtype.
+  auto r = NormDesc::batch_norm(DType::f16, Shape::of({2, 4}), false, false, false, true, 0.1, 1e-5);
+  r.param_dtype = DType::f32;
+  auto q = NormPlan::select(kTarget, r);
+  ASSERT_TRUE(q.ok()) << q.message();
+  EXPECT_EQ(q->desc().param_dtype, DType::f32);
+  r.dtype = DType::f32;
+  r.param_dtype = DType::bf16;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, r), Status::Unsupported, "batch_norm", "param_dtype", "got bfloat16");
+}
+
+TEST(NormChannel, RowsWorkspaceAndRowsOnChip) {
+  auto bnp = NormPlan::select(kTarget, bn());
+  ASSERT_TRUE(bnp.ok());
+  EXPECT_EQ(bnp->rows(), 16);  // one statistic a channel
+  EXPECT_EQ(bnp->row_length(), 2 * 64);
+  EXPECT_GT(bnp->workspace_size(), 0u);
+  EXPECT_EQ(bnp->config().smem_rows_bytes, 0);
+  EXPECT_EQ(NormPlan::select(kTarget, bn(DType::bf16, Direction::Forward, false))->workspace_size(), 0u)
+      << "evaluation needs no workspace";
+  EXPECT_GT(NormPlan::select(kTarget, bn(DType::bf16, Direction::Backward, false))->workspace_size(), 0u)
+      << "evaluation backward: partial sums for dweight/dbias";
+  auto in = NormDesc::instance_norm(DType::f32, Shape::of({3, 5, 7}), false, false, true, false, 0.1, 1e-5);
+  auto inp = NormPlan::select(kTarget, in);
+  EXPECT_EQ(inp->rows(), 15);
+  EXPECT_EQ(inp->row_length(), 7);
+  in.training = false;
+  in.running_stats = true;
+  EXPECT_EQ(NormPlan::select(kTarget, in)->rows(), 5) << "evaluation: the running stats, one a channel";
+  // [32, 256, 56, 56] bf16 with 32 groups: a row is 8 x 3136 x 2 bytes (49 KB; 98 KB backward).
+  auto gn = NormDesc::group_norm(DType::bf16, Shape::of({32, 256, 56, 56}), 32, true, true, 1e-5);
+  auto gnp = NormPlan::select(kTarget, gn);
+  ASSERT_TRUE(gnp.ok());
+  EXPECT_EQ(gnp->rows(), 32 * 32);
+  EXPECT_EQ(gnp->row_length(), 8 * 3136);
+  EXPECT_GT(gnp->config().smem_rows_bytes, 8 * 3136 * 2);
+  EXPECT_NE(gnp->sku().layout.find("smem-rows"), std::string::npos) << gnp->sku().layout;
+  gn.direction = Direction::Backward;
+  EXPECT_GT(NormPlan::select(kTarget, gn)->config().smem_rows_bytes, 2 * 8 * 3136 * 2);
+  EXPECT_EQ(NormPlan::select(Target::offline(86), gn)->config().smem_rows_bytes, 0) << "99 KB a CTA on sm_86";
+  gn.dtype = gn.param_dtype = DType::f32;
+  EXPECT_EQ(NormPlan::select(kTarget, gn)->config().smem_rows_bytes, 0) << "196 KB: the three-kernel path";
+  // The launch shape depends on the architecture only, never on the SM count.
+  const Target small{0, 90, 8}, large{0, 90, 132};
+  EXPECT_EQ(NormPlan::select(small, gn)->config().smem_rows_bytes,
+            NormPlan::select(large, gn)->config().smem_rows_bytes);
+  EXPECT_EQ(NormPlan::select(small, gn)->workspace_size(), NormPlan::select(large, gn)->workspace_size());
+  auto l = NormPlan::select(kTarget, NormDesc::local_response_norm(DType::f32, Shape::of({2, 6, 4}), 3, 1e-4, 0.75, 1));
+  EXPECT_EQ(l->workspace_size(), 0u);
+  EXPECT_EQ(l->rows(), 8);
+  EXPECT_EQ(l->row_length(), 6);
+  EXPECT_TRUE(l->precision().deterministic && l->precision().bit_stable);
+}
+
+TEST(NormChannel, ArgsChecks) {
+  auto p = NormPlan::select(kTarget, bn());
+  ASSERT_TRUE(p.ok());
+  auto a = bn_args();
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  a.save_mean = {};
+  a.save_rstd = {};
+  EXPECT_TRUE(p->can_implement(a).ok()) << "saved statistics are optional";
+  a = bn_args();
+  a.running_var = {};
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "batch_norm", "running_var", "required");
+  a = bn_args();
+  a.weight.layout = Layout::contiguous({15});
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "weight shape", "[16]", "got [15]");
+  a = bn_args();
+  a.save_rstd.layout = Layout::contiguous({32});
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "save_rstd", "16 elements", "one per channel",
+                    "got 32");
+  a = bn_args();
+  a.running_mean.dtype = DType::f32;
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "running_mean dtype", "bfloat16", "got float32");
+  a = bn_args();
+  a.running_mean = mut_of(0, DType::bf16, Layout::contiguous({16}));  // inside x
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "running_mean overlaps x");
+  a = bn_args();
+  a.out = mut_of(0, DType::bf16, Layout::contiguous({2, 16, 8, 8}));
+  EXPECT_TRUE(p->can_implement(a).ok()) << "exact in-place: " << p->can_implement(a).message();
+  a = bn_args();
+  a.mask = ref_of(8, DType::b8, Layout::contiguous({8}));
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "mask given");
+  // Evaluation: running stats read, nothing saved.
+  auto e = NormPlan::select(kTarget, bn(DType::bf16, Direction::Forward, false));
+  a = bn_args();
+  EXPECT_FAILS_WITH(e->can_implement(a), Status::InvalidProblem, "save_mean/save_rstd", "training forward");
+  a.save_mean = {};
+  a.save_rstd = {};
+  EXPECT_TRUE(e->can_implement(a).ok()) << e->can_implement(a).message();
+  // Training without running stats refuses them.
+  auto t = NormPlan::select(kTarget, bn(DType::bf16, Direction::Forward, true, false));
+  EXPECT_FAILS_WITH(t->can_implement(bn_args()), Status::InvalidProblem, "running_mean/running_var given");
+  // group_norm statistics: one per (sample, group).
+  auto g = NormPlan::select(kTarget, NormDesc::group_norm(DType::bf16, Shape::of({2, 16, 8, 8}), 4, true, true, 1e-5));
+  a = bn_args();
+  a.running_mean = a.running_var = {};
+  EXPECT_FAILS_WITH(g->can_implement(a), Status::InvalidProblem, "save_mean", "8 elements", "(sample, group)");
+  a.save_mean.layout = a.save_rstd.layout = Layout::contiguous({2, 4});
+  EXPECT_TRUE(g->can_implement(a).ok()) << g->can_implement(a).message();
+}
+
+TEST(NormChannel, BackwardArgs) {
+  auto d = bn(DType::bf16, Direction::Backward, true, false);
+  d.param_dtype = DType::f32;
+  auto p = NormPlan::select(kTarget, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  NormArgs a;
+  a.dy = ref_of(0, DType::bf16, kChannelsLast);
+  a.x = ref_of(1, DType::bf16, kChannelsLast);
+  a.mean = ref_of(2, DType::f32, Layout::contiguous({16}));
+  a.rstd = ref_of(3, DType::f32, Layout::contiguous({16}));
+  a.weight = ref_of(4, DType::f32, Layout::contiguous({16}));
+  a.out = mut_of(5, DType::bf16, kChannelsLast);
+  a.dweight = mut_of(6, DType::f32, Layout::contiguous({16}));
+  a.dbias = mut_of(7, DType::f32, Layout::contiguous({16}));
+  ASSERT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  EXPECT_EQ(p->layout_for(a), "pixels-vec16");
+  EXPECT_FAILS_WITH(p->run(nullptr, {}, a), Status::WorkspaceTooSmall, "batch_norm_backward", "workspace");
+  a.out = {};
+  EXPECT_TRUE(p->can_implement(a).ok()) << "dx is optional (parameter gradients only)";
+  a.rstd = {};
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "rstd", "required");
+  a.rstd = ref_of(3, DType::f32, Layout::contiguous({16}));
+  a.bias = ref_of(8, DType::f32, Layout::contiguous({16}));
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "bias given", "does not read it");
+  a.bias = {};
+  a.running_mean = mut_of(9, DType::f32, Layout::contiguous({16}));
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "running_mean/running_var given");
+  // Evaluation backward reads the running stats, not the saved ones.
+  auto e = NormPlan::select(kTarget, [] {
+    auto d = bn(DType::bf16, Direction::Backward, false, true);
+    d.param_dtype = DType::f32;
+    return d;
+  }());
+  ASSERT_TRUE(e.ok()) << e.message();
+  a.running_var = mut_of(10, DType::f32, Layout::contiguous({16}));
+  EXPECT_FAILS_WITH(e->can_implement(a), Status::InvalidProblem, "mean/rstd given");
+  a.mean = a.rstd = {};
+  EXPECT_TRUE(e->can_implement(a).ok()) << e->can_implement(a).message();
+}
+
+TEST(NormChannel, LayoutsTaken) {
+  auto p = NormPlan::select(kTarget, bn());
+  EXPECT_EQ(p->layout_for(bn_args()), "planes-vec16");
+  EXPECT_EQ(p->layout_for(bn_args(DType::bf16, kChannelsLast)), "pixels-vec16");
+  auto a = bn_args(DType::bf16, strided({2, 16, 8, 8}, {2048, 128, 16, 2}));  // every other column
+  EXPECT_EQ(p->layout_for(a), "strided-scalar");
+  a = bn_args();
+  a.x = ref_of(0, DType::bf16, Layout::contiguous({2, 16, 8, 8}), 2);  // misaligned
+  EXPECT_EQ(p->layout_for(a), "planes-scalar");
+  a = bn_args();
+  a.out.layout = kChannelsLast;  // mixed layouts: the strided fallback
+  EXPECT_EQ(p->layout_for(a), "strided-scalar");
+  PlanPreference nv;
+  nv.vectorized = Tristate::Forbid;
+  EXPECT_EQ(NormPlan::select(kTarget, bn(), nv)->layout_for(bn_args()), "planes-scalar");
+  // [N, C]: one pixel a sample.
+  auto b2 = NormPlan::select(
+      kTarget, NormDesc::batch_norm(DType::f32, Shape::of({64, 32}), false, false, true, false, 0.1, 1e-5));
+  NormArgs c;
+  c.x = ref_of(0, DType::f32, Layout::contiguous({64, 32}));
+  c.out = mut_of(1, DType::f32, Layout::contiguous({64, 32}));
+  EXPECT_EQ(b2->layout_for(c), "pixels-vec16");
+  auto g = NormPlan::select(kTarget, NormDesc::group_norm(DType::bf16, Shape::of({2, 16, 8, 8}), 4, true, true, 1e-5));
+  a = bn_args();
+  a.running_mean = a.running_var = {};
+  a.save_mean = a.save_rstd = {};
+  EXPECT_EQ(g->layout_for(a), "smem-rows-vec16");
+  a = bn_args(DType::bf16, kChannelsLast);
+  a.running_mean = a.running_var = {};
+  a.save_mean = a.save_rstd = {};
+  EXPECT_EQ(g->layout_for(a), "pixels-vec16");
+  auto l = NormPlan::select(kTarget,
+                            NormDesc::local_response_norm(DType::bf16, Shape::of({2, 16, 8, 8}), 5, 1e-4, 0.75, 1.0));
+  NormArgs la;
+  la.x = ref_of(0, DType::bf16, kChannelsLast);
+  la.out = mut_of(1, DType::bf16, kChannelsLast);
+  ASSERT_TRUE(l->can_implement(la).ok()) << l->can_implement(la).message();
+  EXPECT_EQ(l->layout_for(la), "window-pixels");
+  la.out = mut_of(0, DType::bf16, kChannelsLast);
+  EXPECT_FAILS_WITH(l->can_implement(la), Status::InvalidProblem, "out overlaps x", "no in-place");
+}
+
+TEST(NormChannel, EmptyBatchLaunchesNothing) {
+  auto p = NormPlan::select(kTarget,
+                            NormDesc::batch_norm(DType::f32, Shape::of({0, 4, 3}), true, true, true, true, 0.1, 1e-5));
+  ASSERT_TRUE(p.ok());
+  NormArgs a;
+  a.x = ref_of(0, DType::f32, Layout::contiguous({0, 4, 3}));
+  a.out = mut_of(1, DType::f32, Layout::contiguous({0, 4, 3}));
+  a.weight = ref_of(2, DType::f32, Layout::contiguous({4}));
+  a.bias = ref_of(3, DType::f32, Layout::contiguous({4}));
+  a.running_mean = mut_of(4, DType::f32, Layout::contiguous({4}));
+  a.running_var = mut_of(5, DType::f32, Layout::contiguous({4}));
+  EXPECT_EQ(p->layout_for(a), "empty");
+  EXPECT_TRUE(p->run(nullptr, {}, a).ok()) << "no workspace needed, nothing launched";
 }
 
 TEST(NormRun, EmptyProblemLaunchesNothing) {

@@ -473,7 +473,30 @@ TEST(QuantPlanShape, WorkspaceSizes) {
 TEST(QuantPlanShape, LayoutFor) {
   auto p = QuantPlan::select(kTarget, qchan(DType::bf16));
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(p->layout_for(qchan_args(DType::bf16)), "elementwise-vec16");
+  // [8, 64] along axis 0: runs of 64 elements share a scale, a multiple of the 8-element unit.
+  EXPECT_EQ(p->layout_for(qchan_args(DType::bf16)), "elementwise-vec16-unitscale");
+  auto scale_layout = [&](const QuantDesc& d, int64_t scales) {
+    auto r = QuantPlan::select(kTarget, d);
+    EXPECT_TRUE(r.ok()) << r.message();
+    QuantArgs b;
+    b.x = ref_of(0, DType::bf16, Layout::contiguous({8, 64}));
+    b.scale = ref_of(1, DType::f32, Layout::contiguous({scales}));
+    b.out = mut_of(2, DType::s8, Layout::contiguous({8, 64}));
+    return r->layout_for(b);
+  };
+  using QD = QuantDesc;
+  const Shape s864 = Shape::of({8, 64});
+  // A channel axis last changes scale every element; groups of 4 split the 8-element unit.
+  EXPECT_EQ(scale_layout(QD::per_channel(QuantOp::quantize, DType::bf16, DType::s8, s864, 1, true), 64),
+            "elementwise-vec16");
+  EXPECT_EQ(scale_layout(QD::per_group(QuantOp::quantize, DType::bf16, DType::s8, s864, 1, 32), 16),
+            "elementwise-vec16-unitscale");
+  EXPECT_EQ(scale_layout(QD::per_group(QuantOp::quantize, DType::bf16, DType::s8, s864, 1, 4), 128),
+            "elementwise-vec16");
+  EXPECT_EQ(scale_layout(QD::per_group(QuantOp::quantize, DType::bf16, DType::s8, s864, 0, 4), 128),
+            "elementwise-vec16");
+  EXPECT_EQ(scale_layout(QD::per_token(QuantOp::quantize, DType::bf16, DType::s8, s864), 8),
+            "elementwise-vec16-unitscale");
   auto a = qchan_args(DType::bf16);
   a.x = ref_of(0, DType::bf16, Layout::contiguous({8, 64}), 2);  // 2-byte offset: no 16-byte loads
   EXPECT_EQ(p->layout_for(a), "elementwise-strided");
@@ -495,9 +518,9 @@ TEST(QuantPlanShape, LayoutFor) {
     b.scale_out = mut_of(2, DType::f32, Layout::contiguous({rows}));
     return r->layout_for(b);
   };
-  EXPECT_EQ(row(16384, 4096), "rows-registers-vec16(tpr=128)");
+  EXPECT_EQ(row(16384, 4096), "rows-registers-vec16(tpr=32)");  // a warp per row, 16 vectors a lane
   EXPECT_EQ(row(16, 64), "rows-registers-vec16(tpr=8)");
-  EXPECT_EQ(row(16, 16384), "rows-registers-vec16(tpr=512)");
+  EXPECT_EQ(row(16, 16384), "rows-registers-vec16(tpr=128)");
   EXPECT_EQ(row(4, 100000), "rows-streaming-vec16(tpr=512)");
   EXPECT_EQ(row(4, 7), "rows-registers-scalar(tpr=8)");
   EXPECT_EQ(row(0, 7), "empty");
@@ -578,6 +601,144 @@ TEST(QuantizedLinear, ComposesTheInt8Gemm) {
   a.w_scale.layout = Layout::contiguous({128});
   a.bias = {};
   EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "bias is required");
+}
+
+// ---- W4A16 linear ------------------------------------------------------------------------------------------
+W4A16LinearDesc w4(int64_t m, int64_t n = 256, int64_t k = 512) {
+  W4A16LinearDesc d;
+  d.dtype = DType::bf16;
+  d.weight_dtype = DType::u4;
+  d.m = m, d.n = n, d.k = k;
+  d.group_size = 128;
+  return d;
+}
+W4A16LinearArgs w4_args(const W4A16LinearDesc& d) {
+  W4A16LinearArgs a;
+  a.x = ref_of(0, d.dtype, Layout::contiguous({d.m, d.k}));
+  a.weight = ref_of(1, d.weight_dtype, Layout::contiguous({d.n, d.k / 2}));
+  a.scale = ref_of(2, DType::f32, Layout::contiguous({d.n, d.k / d.group_size}));
+  if (d.zero_point) a.zero_point = ref_of(3, DType::s32, Layout::contiguous({d.n, d.k / d.group_size}));
+  if (d.bias) a.bias = ref_of(4, d.dtype, Layout::contiguous({d.n}));
+  a.y = mut_of(5, d.dtype, Layout::contiguous({d.m, d.n}));
+  return a;
+}
+
+TEST(W4A16Linear, DescriptorRules) {
+  auto d = w4(1);
+  d.direction = Direction::Backward;
+  EXPECT_FAILS_WITH(W4A16LinearPlan::select(kTarget, d), Status::Unsupported, "w4a16_linear_backward",
+                    "inference-only");
+  d = w4(1);
+  d.dtype = DType::f32;
+  EXPECT_FAILS_WITH(W4A16LinearPlan::select(kTarget, d), Status::Unsupported, "w4a16_linear", "dtype expected",
+                    "got float32");
+  d = w4(1);
+  d.weight_dtype = DType::s8;
+  EXPECT_FAILS_WITH(W4A16LinearPlan::select(kTarget, d), Status::Unsupported, "weight_dtype expected", "got int8");
+  d = w4(1);
+  d.group_size = 48;
+  EXPECT_FAILS_WITH(W4A16LinearPlan::select(kTarget, d), Status::InvalidProblem, "group_size expected",
+                    "multiple of 32", "got 48");
+  d = w4(1, 256, 320);
+  EXPECT_FAILS_WITH(W4A16LinearPlan::select(kTarget, d), Status::InvalidProblem, "k=320", "group_size=128");
+  d = w4(1);
+  d.n = -1;
+  EXPECT_FAILS_WITH(W4A16LinearPlan::select(kTarget, d), Status::InvalidProblem, "n expected >= 0", "got -1");
+  PlanPreference pref;
+  pref.backend = Backend::CuBlasLt;
+  EXPECT_FAILS_WITH(W4A16LinearPlan::select(kTarget, w4(1), pref), Status::Unsupported, "backend", "decode");
+  EXPECT_FAILS_WITH(W4A16LinearPlan::select(Target::offline(75), w4(1)), Status::Unsupported, "sm_75");
+  // Every accepted (activation, weight) pair, and per-channel groups (G = k).
+  for (DType t : {DType::bf16, DType::f16})
+    for (DType w : {DType::s4, DType::u4}) {
+      auto e = w4(16);
+      e.dtype = t, e.weight_dtype = w, e.group_size = e.k;
+      auto p = W4A16LinearPlan::select(kTarget, e);
+      ASSERT_TRUE(p.ok()) << p.message();
+      EXPECT_STREQ(p->path(), "decode");
+      EXPECT_EQ(p->workspace_size(), 0u);
+      EXPECT_TRUE(p->precision().deterministic);
+      EXPECT_EQ(p->sku().dtypes, std::string(name(t)) + "," + std::string(name(w)) + "->" + std::string(name(t)));
+    }
+}
+
+TEST(W4A16Linear, LargeMDequantizesThenGemm) {
+  auto d = w4(64);
+  d.bias = true;
+  auto p = W4A16LinearPlan::select(kTarget, d);
+  if (!p.ok()) {  // GemmPlan's refusal is forwarded
+    EXPECT_NE(p.message().find("w4a16_linear: the bfloat16 GEMM"), std::string::npos) << p.message();
+    return;
+  }
+  EXPECT_STREQ(p->path(), "dequantize+gemm");
+  EXPECT_GE(p->workspace_size(), 256u * 512 * 2);  // the bf16 weight
+  EXPECT_NE(p->sku().layout.find("dequantize"), std::string::npos) << p->sku().layout;
+  EXPECT_TRUE(p->can_implement(w4_args(d)).ok()) << p->can_implement(w4_args(d)).message();
+  EXPECT_FAILS_WITH(p->run(nullptr, Workspace{fake_ptr(9), 64}, w4_args(d)), Status::WorkspaceTooSmall,
+                    "workspace expected >=", "got 64");
+}
+
+TEST(W4A16Linear, ArgumentChecks) {
+  auto d = w4(4);
+  d.zero_point = true;
+  d.bias = true;
+  auto p = W4A16LinearPlan::select(kTarget, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  auto a = w4_args(d);
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  a.weight.layout = Layout::contiguous({256, 512});  // not halved
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "weight shape expected [256, 256]", "[256, 512]");
+  a = w4_args(d);
+  a.weight.dtype = DType::s4;
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "weight dtype expected uint4", "got int4");
+  a = w4_args(d);
+  a.scale.layout = Layout::contiguous({256, 8});
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "scale shape expected [256, 4]");
+  a = w4_args(d);
+  a.zero_point = {};
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "zero_point is required");
+  a = w4_args(d);
+  a.x.layout = strided({4, 512}, {1, 4});
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "x expected a unit column stride");
+  a = w4_args(d);
+  a.x = ref_of(0, DType::bf16, Layout::contiguous({4, 512}), 2);
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::MisalignedOperand, "x expected 16-byte aligned rows");
+  a = w4_args(d);
+  a.x.layout = strided({4, 512}, {516, 1});
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::MisalignedOperand, "x expected 16-byte aligned rows");
+  a = w4_args(d);
+  a.x.layout = strided({4, 512}, {520, 1});  // padded rows, still aligned
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  a = w4_args(d);
+  a.y = mut_of(0, DType::bf16, Layout::contiguous({4, 256}));  // on top of x
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "y overlaps x");
+  a = w4_args(d);
+  a.y.layout = strided({4, 256}, {512, 1});
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "y expected dense");
+  auto sym = w4(4);
+  auto ps = W4A16LinearPlan::select(kTarget, sym);
+  ASSERT_TRUE(ps.ok());
+  a = w4_args(sym);
+  a.zero_point = ref_of(3, DType::s32, Layout::contiguous({256, 4}));
+  EXPECT_FAILS_WITH(ps->can_implement(a), Status::InvalidProblem, "zero_point given", "symmetric");
+  a = w4_args(sym);
+  a.bias = ref_of(4, DType::bf16, Layout::contiguous({256}));
+  EXPECT_FAILS_WITH(ps->can_implement(a), Status::InvalidProblem, "bias given");
+}
+
+TEST(W4A16Linear, CoverageRows) {
+  const auto rows = coverage(kTarget);
+  auto has = [&](const std::string& dt) {
+    return std::any_of(rows.begin(), rows.end(),
+                       [&](const CoverageRow& r) { return r.op == "w4a16_linear" && r.dtype == dt; });
+  };
+  EXPECT_TRUE(has("bfloat16,uint4->bfloat16"));
+  EXPECT_TRUE(has("float16,int4->float16"));
+  EXPECT_FALSE(has("float32,uint4->float32"));
+  EXPECT_EQ(info(QuantOp::w4a16_linear).engine, QuantEngine::linear);
+  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, QuantDesc::per_group(QuantOp::w4a16_linear, DType::bf16, DType::u4,
+                                                                    Shape::of({8, 64}), -1, 32)),
+                    Status::InvalidProblem, "W4A16LinearPlan");
 }
 
 }  // namespace

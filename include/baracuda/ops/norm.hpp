@@ -1,6 +1,7 @@
 // The softmax and normalization family (OPS.md G-H): softmax and log_softmax over any axis,
 // layer_norm and rms_norm over the trailing dims (affine or not, optional fused residual add),
-// forward and backward, rows of any length.
+// forward and backward, rows of any length; and the channel normalizations of [N, C, *spatial]
+// inputs (batch_norm, instance_norm, group_norm, local_response_norm) in any layout.
 //
 //   auto desc = NormDesc::layer_norm(DType::bf16, Shape::of({16384, 4096}), 1, true, true, 1e-5);
 //   auto plan = NormPlan::select(Target::current().value(), desc);
@@ -12,6 +13,11 @@
 // layer_norm/rms_norm reads grad_output, the forward input (x + residual when the residual add
 // was fused) and the f32 statistics the forward saved (f64 for f64 inputs). It writes dx and,
 // when asked, dweight/dbias through a deterministic two-stage reduction in the workspace.
+//
+//   auto bn = NormDesc::batch_norm(DType::bf16, Shape::of({32, 256, 56, 56}), true, true,
+//                                  /*training=*/true, /*running_stats=*/true, 0.1, 1e-5);
+//   NormArgs b; b.x = x; b.weight = w; b.bias = bb; b.running_mean = rm; b.running_var = rv;
+//   b.out = y; b.save_mean = m; b.save_rstd = invstd;     // the workspace holds partial sums
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -36,8 +42,10 @@ enum class NormOp : uint8_t {
 };
 
 /// axis: reduces one axis of any stride, no parameters (softmax, log_softmax, normalize); norm:
-/// reduces the trailing dims (layer_norm, rms_norm). See norm_ops.def.
-enum class NormKind : uint8_t { axis, norm };
+/// reduces the trailing dims (layer_norm, rms_norm); channel: [N, C, *spatial] inputs with
+/// per-channel parameters (batch_norm, instance_norm, group_norm, local_response_norm). See
+/// norm_ops.def.
+enum class NormKind : uint8_t { axis, norm, channel };
 
 /// softmax forward's optional mask, broadcast to the input (torch rules): `boolean` excludes the
 /// elements where the mask is true (torch._masked_softmax; a row with every element excluded
@@ -84,6 +92,17 @@ struct NormDesc {
                                    ///< norm's floor (torch's 1e-12); finite, >= 0
   NormMask mask = NormMask::none;  ///< softmax forward only (its backward is softmax's, on y)
   Shape mask_shape{};              ///< broadcasts to `shape`
+  // Channel ops: x is [N, C, *spatial] (rank >= 2, channels at dim 1), in any layout.
+  int num_groups = 1;          ///< group_norm: groups of C / num_groups consecutive channels
+  bool training = true;        ///< batch/instance norm: batch statistics (true) or running ones (false)
+  bool running_stats = false;  ///< batch/instance norm: running_mean/running_var given (training:
+                               ///< updated in place; evaluation: read, and required)
+  double momentum = 0.1;       ///< running = (1 - momentum) * running + momentum * batch statistic
+                               ///< (the variance unbiased, as torch); finite
+  int lrn_size = 5;            ///< local_response_norm: channels in the window (>= 1)
+  double lrn_alpha = 1e-4;     ///< y = x / (k + alpha / size * sum over the window of x^2)^beta
+  double lrn_beta = 0.75;
+  double lrn_k = 1.0;
 
   static NormDesc softmax(DType dt, const Shape& shape, int axis, bool log = false, Direction dir = Direction::Forward);
   static NormDesc layer_norm(DType dt, const Shape& shape, int norm_ndim, bool weight, bool bias, double eps,
@@ -93,6 +112,21 @@ struct NormDesc {
   /// F.normalize with p = 2: x / max(||x||_2, eps) along `axis`.
   static NormDesc normalize(DType dt, const Shape& shape, int axis, double eps = 1e-12,
                             Direction dir = Direction::Forward);
+  /// Statistics per channel over (N, *spatial). Training: batch statistics (saved as mean and
+  /// 1/sqrt(var + eps)), running stats updated when given; evaluation: the running stats.
+  static NormDesc batch_norm(DType dt, const Shape& shape, bool weight, bool bias, bool training, bool running_stats,
+                             double momentum, double eps, Direction dir = Direction::Forward);
+  /// Statistics per (sample, channel) over *spatial (torch's use_input_stats = training); the
+  /// running stats are updated with the mean over the batch of the per-sample statistics.
+  static NormDesc instance_norm(DType dt, const Shape& shape, bool weight, bool bias, bool training, bool running_stats,
+                                double momentum, double eps, Direction dir = Direction::Forward);
+  /// Statistics per (sample, group of C / num_groups channels); parameters per channel.
+  static NormDesc group_norm(DType dt, const Shape& shape, int num_groups, bool weight, bool bias, double eps,
+                             Direction dir = Direction::Forward);
+  /// torch's F.local_response_norm: the window is channels [c - size/2, c + (size-1)/2],
+  /// zero-padded, divided by `size` (avg_pool with count_include_pad).
+  static NormDesc local_response_norm(DType dt, const Shape& shape, int size, double alpha, double beta, double k,
+                                      Direction dir = Direction::Forward);
 };
 
 /// Per-call tensors. Which ones a call uses depends on op and direction (unused ones stay
@@ -104,10 +138,19 @@ struct NormDesc {
 /// | normalize fw/bw  | x / dy, x                                | out (= y / dx)                           |
 /// | norm fw          | x, [residual], [weight], [bias]          | out (= y), [residual_out], [save_mean], [save_rstd]
 /// | | norm bw          | dy, x, mean (layer_norm), rstd, [weight] | out (= dx), [dweight], [dbias]           |
+/// | channel fw train | x, [weight], [bias], [running_mean, running_var (updated)] | out, [save_mean], [save_rstd] |
+/// | channel fw eval  | x, running_mean, running_var, [weight], [bias]             | out                         |
+/// | channel bw train | dy, x, mean, rstd, [weight]                                | [out (= dx)], [dweight], [dbias] |
+/// | channel bw eval  | dy, x, running_mean, running_var, [weight]                 | [out (= dx)], [dweight], [dbias] |
+/// | local_response_norm fw / bw | x / dy, x                                       | out                         |
 ///
 /// Statistics are dense tensors of norm_stats_dtype() with one element per row (any shape of
 /// that many elements, e.g. torch's [*batch, 1]). Parameters and their gradients are dense with
-/// the normalized shape.
+/// the normalized shape. Channel ops: one statistic per channel (batch_norm), per (sample,
+/// channel) (instance_norm) or per (sample, group) (group_norm), rstd = 1 / sqrt(var + eps)
+/// (torch's save_invstd); weight, bias, running stats and their gradients are dense [C] of
+/// param_dtype; x, out and dy are [N, C, *spatial] with any strides (planar NCHW and
+/// channels-last take vectorized kernels).
 struct NormArgs {
   TensorRef x;
   TensorRef mask;
@@ -124,6 +167,8 @@ struct NormArgs {
   TensorMut save_rstd;
   TensorMut dweight;
   TensorMut dbias;
+  TensorMut running_mean;  ///< batch/instance norm: [C] of param_dtype (read in evaluation)
+  TensorMut running_var;
 };
 
 class NormPlan {
@@ -134,7 +179,8 @@ class NormPlan {
   /// bit-stable (the launch shape depends on the problem only, never on the SM count);
   /// vectorized=Forbid disables the 16-byte path.
   static Result<NormPlan> select(const Target& target, const NormDesc& desc, const PlanPreference& pref = {});
-  /// Backward with dweight/dbias: the per-slot partial sums; 0 otherwise.
+  /// Backward with dweight/dbias: the per-slot partial sums; channel ops: partial sums and
+  /// per-channel coefficients (sized for every layout); 0 otherwise.
   size_t workspace_size() const { return workspace_bytes_; }
   Result<void> can_implement(const NormArgs& args) const;
   /// Enqueues on `stream`; never allocates or synchronizes.
@@ -145,7 +191,9 @@ class NormPlan {
   int64_t rows() const { return rows_; }
   int64_t row_length() const { return n_; }
   /// The variant run() takes for these tensors: "<rows>-<registers|streaming>-<vec16|scalar>",
-  /// e.g. "warp-registers-vec16", "cta-streaming-scalar", or "empty".
+  /// e.g. "warp-registers-vec16", "cta-streaming-scalar", or "empty". Channel ops:
+  /// "<smem-rows|planes|pixels|strided>-<vec16|scalar>" (the mapping of [N, C, S], see
+  /// channel_launch.hpp), "window-<...>" for local_response_norm.
   std::string layout_for(const NormArgs& args) const;
 
   // The launch shape, fixed at select (a function of the problem only).
@@ -156,10 +204,15 @@ class NormPlan {
     int items = 8;       ///< elements per thread per chunk
     bool cached = true;  ///< the row stays in registers between passes
     int slots = 0;       ///< backward parameter gradients: partial-sum rows (0 = none)
+    /// Channel ops (group/instance norm with batch statistics): dynamic shared memory of the
+    /// kernel that stages a whole (sample, group) row on chip when its planes are unit-stride
+    /// (one read of the input); 0 when the row does not fit (three-kernel path).
+    int smem_rows_bytes = 0;
   };
   const Config& config() const { return cfg_; }
 
  private:
+  void select_channel(const Target& target);  ///< select's part for the channel ops
   NormDesc desc_;
   KernelSku sku_;
   Config cfg_;

@@ -2,8 +2,8 @@
 // (per-tensor, per-channel, per-token, per-group; symmetric or with zero points; int8, uint8,
 // packed int4 / uint4, fp8 e4m3 / e5m2), fake_quantize (torch's, bit for bit, and the learnable
 // LSQ variant), dynamic-range quantization (per-token int8 with the scale computed in the same
-// kernel; per-tensor fp8 with current or delayed scaling), forward and backward, and the W8A8
-// QuantizedLinearPlan.
+// kernel; per-tensor fp8 with current or delayed scaling), forward and backward, the W8A8
+// QuantizedLinearPlan and the W4A16 (int4 weight-only) W4A16LinearPlan.
 //
 //   auto d = QuantDesc::per_channel(QuantOp::quantize, DType::bf16, DType::s8, Shape::of({4096, 4096}), 0);
 //   auto plan = QuantPlan::select(Target::current().value(), d);
@@ -26,12 +26,14 @@
 // quantize, integer q:  q = clamp(int64(rint(double(x_f) / double(s)) + zp), q_min, q_max)
 //     (ATen quantize_tensor_per_{tensor,channel}_affine_cuda: `nearbyint(raw_val / scale) + zero_point`
 //     in double; rint = round half to even; NaN -> 0 and +-inf -> the saturated int64, then clamped,
-//     as the CUDA float->int conversion does). The kernel computes x_f * (1/s) in float and falls back
-//     to the double division only when the product is within 2^-21 (relative) of a rounding tie, so
-//     the result is the double formula's exactly.
+//     as the CUDA float->int conversion does). The kernel rounds the exact product x_f * (1/s) to an
+//     integer with one FMA against 1.5 * 2^23 + zp and falls back to the double division only when
+//     that product is within 2^-21 (relative) of a rounding tie, so the result is the double
+//     formula's exactly.
 // quantize, fp8 q:      q = fp8_rn(clamp(x_f / float(s), -M, M)), M = 448 (e4m3) / 57344 (e5m2), NaN
 //     stays NaN; no zero point. Equal to torch's (x.float() / s).clamp(-M, M).to(float8) with s a
-//     float32 tensor (true division).
+//     float32 tensor (true division; the kernel gets the correctly rounded quotient from the
+//     reciprocal and two FMA corrections, Markstein's theorem, for 2^-60 <= |s| <= 2^60).
 // dequantize, integer:  y = float(double(float(q) - zp) * double(s)) cast to the output dtype
 //     (torch.dequantize's float32 result, then .to(dtype)); float64 outputs keep the double product.
 // dequantize, fp8:      y = float(q) * float(s) (f64: double(q) * double(s)), cast to the output dtype.
@@ -61,14 +63,13 @@
 //   scale = amax * (1 / qmax) in float32 (torch's `amax / qmax`: ATen divides by a scalar as a product
 //   with its reciprocal) (amax = max |x| of the row or tensor, NaN propagates), or 1 when
 //   amax is 0 or not finite; then the quantize formula above with that scale (zp = 0). Per-token:
-//   one kernel reads each row once (held in registers up to 16384 16-bit elements), writes the
-//   row's scale ([rows] float32) and its quantized values. Per-tensor current scaling: three
-//   launches (amax partials per CTA; one CTA reduces them and writes amax and scale; the cast
-//   reads that scale), x read twice. Delayed scaling
-//   (Transformer Engine's amax history, algorithm "max"): amax_history [H] float32, index 0 = the
-//   most recent step. scale = max(history) / qmax, or the value in scale_out on entry when that max
-//   is 0 or not finite; x is quantized with it; then the history shifts by one (history[i] <-
-//   history[i-1], the oldest drops) and history[0] = amax(x); scale_out = the scale used.
+//   one kernel reads each row once (held in registers up to 65536 16-bit elements; a warp per
+//   4096-element row), writes the row's scale ([rows] float32) and its quantized values. Per-tensor current scaling:
+//   three launches (amax partials per CTA; one CTA reduces them and writes amax and scale; the cast reads that scale),
+//   x read twice. Delayed scaling (Transformer Engine's amax history, algorithm "max"): amax_history [H] float32, index
+//   0 = the most recent step. scale = max(history) / qmax, or the value in scale_out on entry when that max is 0 or not
+//   finite; x is quantized with it; then the history shifts by one (history[i] <- history[i-1], the oldest drops) and
+//   history[0] = amax(x); scale_out = the scale used.
 //
 // ---- Packed int4 ---------------------------------------------------------------------------------------
 // s4 / u4 tensors hold two elements per byte along the last dim, element 2j in the low nibble and
@@ -227,9 +228,11 @@ class QuantPlan {
   const KernelSku& sku() const { return sku_; }
   const PrecisionGuarantee& precision() const { return sku_.precision; }
   const QuantDesc& desc() const { return desc_; }
-  /// The kernel run() takes for these tensors: "elementwise-vec16", "elementwise-strided",
-  /// "rows-<registers|streaming>-<vec16|scalar>(tpr=N)", "tensor-amax+elementwise-...",
-  /// "learnable-<rows|columns>", or "empty".
+  /// The kernel run() takes for these tensors: "elementwise-vec16-unitscale" (16-byte units that
+  /// each share one scale: per-tensor, per-channel over an outer axis, per-token, per-group along
+  /// the last dim), "elementwise-vec16" (each element's scale from its position),
+  /// "elementwise-strided", "rows-<registers|streaming>-<vec16|scalar>(tpr=N)",
+  /// "tensor-amax+elementwise-...", "learnable-<rows|columns>", or "empty".
   std::string layout_for(const QuantArgs& args) const;
 
   /// [O, A, I] around the axis, group size and the scale strides (see the header comment), and
@@ -311,5 +314,72 @@ class QuantizedLinearPlan {
 Result<void> quantized_linear(cudaStream_t stream, const QuantizedLinearDesc& desc, const QuantizedLinearArgs& args,
                               Workspace ws = {}, const PlanPreference& pref = {});
 Result<size_t> quantized_linear_workspace_size(const QuantizedLinearDesc& desc, const PlanPreference& pref = {});
+
+// ---- W4A16 linear (weight-only int4) -------------------------------------------------------------
+/// y[M, N] = x[M, K] * W^T (+ bias[n]) with W[n, k] = (q[n, k] - zp[n, g]) * scale[n, g], g = k / G:
+/// the weight is nn.Linear's [N, K] quantized per group of G along K and stored packed (s4 / u4, two
+/// a byte along K, the even k in the low nibble: dequantize's per_group layout, axis -1), x and y
+/// 16-bit floats. Inference only.
+///   m <= 16 (decode): one kernel streams the packed weight once: the codes become exact 16-bit
+///     integers (q - zp) in registers (byte-wise magic-number conversion), tensor-core MMAs sum
+///     x * (q - zp) over each group in float32, and the group's float32 scale multiplies that sum
+///     (no rounding of dequantized weights); K is split over the 8 warps of a CTA with a fixed-order
+///     sum (deterministic, bit-stable).
+///   m > 16: dequantize's kernel writes W in x's dtype into the workspace ((q - zp) * scale rounded
+///     to bf16/f16), then GemmPlan (trans_b, bias).
+struct W4A16LinearDesc {
+  DType dtype = DType::bf16;       ///< x, y and bias: bf16 or f16
+  DType weight_dtype = DType::u4;  ///< packed s4 or u4
+  int64_t m = 0, n = 0, k = 0;
+  int64_t group_size = 128;  ///< G: a multiple of 32 dividing k (k itself: per output channel)
+  bool zero_point = false;   ///< int32 zero points [n, k / G] (false: symmetric, zp = 0)
+  bool bias = false;
+  Direction direction = Direction::Forward;
+};
+
+/// x [m, k] (row stride >= k, unit column stride, 16-byte aligned rows), weight [n, k / 2] (dtype
+/// s4/u4, dense), scale [n, k / G] float32 dense, zero_point [n, k / G] int32 dense (values within
+/// the weight dtype's range), bias [n] (dtype), y [m, n] dense.
+struct W4A16LinearArgs {
+  TensorRef x;
+  TensorRef weight;
+  TensorRef scale;
+  TensorRef zero_point;
+  TensorRef bias;
+  TensorMut y;
+};
+
+class W4A16LinearPlan {
+ public:
+  /// Validates the descriptor (dtypes, sizes, group size) and picks the decode kernel (m <= 16)
+  /// or dequantize + GemmPlan (its refusal is forwarded). Preferences: backend Any/Native for the
+  /// decode kernel (the GEMM path passes them to GemmPlan); tf32 / reduced-precision Require are
+  /// refused.
+  static Result<W4A16LinearPlan> select(const Target& target, const W4A16LinearDesc& desc,
+                                        const PlanPreference& pref = {});
+  /// 0 for the decode kernel; the dequantized weight (n * k in x's dtype) + the GEMM's workspace,
+  /// 256-byte aligned, otherwise.
+  size_t workspace_size() const { return workspace_bytes_; }
+  Result<void> can_implement(const W4A16LinearArgs& args) const;
+  Result<void> run(cudaStream_t stream, Workspace ws, const W4A16LinearArgs& args) const;
+  const KernelSku& sku() const { return sku_; }
+  const PrecisionGuarantee& precision() const { return sku_.precision; }
+  const W4A16LinearDesc& desc() const { return desc_; }
+  /// "decode" (m <= 16) or "dequantize+gemm".
+  const char* path() const { return gemm_ ? "dequantize+gemm" : "decode"; }
+
+ private:
+  W4A16LinearDesc desc_;
+  KernelSku sku_;
+  std::shared_ptr<QuantPlan> dequant_;
+  std::shared_ptr<GemmPlan> gemm_;
+  size_t w_offset_ = 0, gemm_offset_ = 0;
+  size_t workspace_bytes_ = 0;
+};
+
+/// One-line convenience for the W4A16 linear (plan cached per thread by descriptor).
+Result<void> w4a16_linear(cudaStream_t stream, const W4A16LinearDesc& desc, const W4A16LinearArgs& args,
+                          Workspace ws = {}, const PlanPreference& pref = {});
+Result<size_t> w4a16_linear_workspace_size(const W4A16LinearDesc& desc, const PlanPreference& pref = {});
 
 }  // namespace baracuda

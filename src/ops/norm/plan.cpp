@@ -1,5 +1,5 @@
 // NormPlan: descriptor validation, launch shape, argument checks and the launch of the
-// softmax/normalization family (kernels: norm_kernel.cuh).
+// softmax/normalization family (kernels: norm_kernel.cuh; channel ops: channel_kernel.cuh).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,6 +10,7 @@
 #include "baracuda/ops/norm.hpp"
 #include "core/impl_list.hpp"
 #include "core/plan_common.hpp"
+#include "ops/norm/channel_launch.hpp"
 #include "ops/norm/norm_launch.hpp"
 
 namespace baracuda {
@@ -32,6 +33,8 @@ std::string op_label(const NormDesc& d) {
 }
 /// One reduced axis, no parameters (softmax, log_softmax, normalize).
 bool is_softmax(NormOp op) { return info(op).kind == NormKind::axis; }
+/// [N, C, *spatial] inputs with per-channel parameters (batch/instance/group norm, lrn).
+bool is_channel(NormOp op) { return info(op).kind == NormKind::channel; }
 std::string dname(DType t) { return std::string(name(t)); }
 }  // namespace
 
@@ -82,6 +85,44 @@ NormDesc NormDesc::rms_norm(DType dt, const Shape& shape, int norm_ndim, bool we
   d.op = NormOp::rms_norm;
   return d;
 }
+NormDesc NormDesc::batch_norm(DType dt, const Shape& shape, bool weight, bool bias, bool training, bool running_stats,
+                              double momentum, double eps, Direction dir) {
+  NormDesc d;
+  d.op = NormOp::batch_norm;
+  d.direction = dir;
+  d.dtype = d.param_dtype = dt;
+  d.shape = shape;
+  d.weight = weight;
+  d.bias = bias;
+  d.training = training;
+  d.running_stats = running_stats;
+  d.momentum = momentum;
+  d.eps = eps;
+  return d;
+}
+NormDesc NormDesc::instance_norm(DType dt, const Shape& shape, bool weight, bool bias, bool training,
+                                 bool running_stats, double momentum, double eps, Direction dir) {
+  NormDesc d = batch_norm(dt, shape, weight, bias, training, running_stats, momentum, eps, dir);
+  d.op = NormOp::instance_norm;
+  return d;
+}
+NormDesc NormDesc::group_norm(DType dt, const Shape& shape, int num_groups, bool weight, bool bias, double eps,
+                              Direction dir) {
+  NormDesc d = batch_norm(dt, shape, weight, bias, true, false, 0.1, eps, dir);
+  d.op = NormOp::group_norm;
+  d.num_groups = num_groups;
+  return d;
+}
+NormDesc NormDesc::local_response_norm(DType dt, const Shape& shape, int size, double alpha, double beta, double k,
+                                       Direction dir) {
+  NormDesc d = batch_norm(dt, shape, false, false, true, false, 0.1, 1e-5, dir);
+  d.op = NormOp::local_response_norm;
+  d.lrn_size = size;
+  d.lrn_alpha = alpha;
+  d.lrn_beta = beta;
+  d.lrn_k = k;
+  return d;
+}
 
 // ---- select ------------------------------------------------------------------------------------------
 namespace {
@@ -102,6 +143,51 @@ void reduced_range(const NormDesc& d, int* lo, int* hi) {
   }
 }
 
+/// The channel ops' descriptor rules (batch/instance/group norm, local_response_norm).
+Result<void> check_channel_desc(const NormDesc& d, const std::string& label) {
+  const auto& in = info(d.op);
+  if (d.shape.rank < 2)
+    return invalid(label + ": input expected [N, C, *spatial] (rank >= 2), got shape " + d.shape.str());
+  if (d.mask != NormMask::none) return invalid(label + ": " + in.name + " takes no mask (expected mask=none)");
+  if (d.residual) return invalid(label + ": " + in.name + " takes no residual (expected residual=false, got true)");
+  auto finite = [&](const char* what, double v) -> Result<void> {
+    if (!std::isfinite(v)) return invalid(label + ": " + what + " expected finite, got " + std::to_string(v));
+    return {};
+  };
+  if (d.op == NormOp::local_response_norm) {
+    if (d.weight || d.bias)
+      return invalid(label + ": local_response_norm takes no weight or bias (expected weight=bias=false)");
+    if (d.lrn_size < 1) return invalid(label + ": size expected >= 1, got " + std::to_string(d.lrn_size));
+    BARACUDA_TRY(finite("alpha", d.lrn_alpha));
+    BARACUDA_TRY(finite("beta", d.lrn_beta));
+    BARACUDA_TRY(finite("k", d.lrn_k));
+    if (!d.training || d.running_stats || d.num_groups != 1)
+      return invalid(label +
+                     ": local_response_norm takes no training/running_stats/num_groups (expected true/false/1)");
+    return {};
+  }
+  if (!std::isfinite(d.eps) || d.eps < 0)
+    return invalid(label + ": eps expected finite and >= 0, got " + std::to_string(d.eps));
+  const int64_t C = d.shape.dims[1];
+  if (d.op == NormOp::group_norm) {
+    if (d.num_groups < 1) return invalid(label + ": num_groups expected >= 1, got " + std::to_string(d.num_groups));
+    if (C % d.num_groups != 0)
+      return invalid(label + ": num_groups expected to divide the " + std::to_string(C) + " channels of input shape " +
+                     d.shape.str() + ", got " + std::to_string(d.num_groups));
+    if (!d.training || d.running_stats)
+      return invalid(label + ": group_norm has no running statistics (expected training=true, running_stats=false)");
+    return {};
+  }
+  if (d.num_groups != 1)
+    return invalid(label + ": num_groups is group_norm's (expected 1, got " + std::to_string(d.num_groups) + ")");
+  BARACUDA_TRY(finite("momentum", d.momentum));
+  if (!d.training && !d.running_stats)
+    return invalid(label +
+                   ": evaluation mode (training=false) normalizes with the running statistics: expected "
+                   "running_stats=true, got false");
+  return {};
+}
+
 Result<void> check_desc(const NormDesc& d) {
   const auto& in = info(d.op);
   const std::string label = op_label(d);
@@ -109,6 +195,10 @@ Result<void> check_desc(const NormDesc& d) {
     return invalid(label + ": input rank expected 0..8, got " + std::to_string(d.shape.rank));
   for (int i = 0; i < d.shape.rank; ++i)
     if (d.shape.dims[i] < 0) return invalid(label + ": negative size in input shape " + d.shape.str());
+  if (in.kind == NormKind::channel) return check_channel_desc(d, label);
+  if (d.num_groups != 1 || !d.training || d.running_stats)
+    return invalid(label + ": num_groups/training/running_stats belong to the channel ops (expected 1/true/false for " +
+                   in.name + ")");
   if (in.kind == NormKind::axis) {
     const int r = std::max(d.shape.rank, 1);  // torch: a 0-dim input takes dim 0 or -1
     if (d.axis < -r || d.axis >= r)
@@ -170,7 +260,7 @@ Result<void> native_accepts(const Target& target, const NormDesc& d, const PlanP
   const DTypeSet allowed = bw ? in.bw_dtypes : in.fw_dtypes;
   if (!contains(allowed, d.dtype))
     return unsupported(label + ": dtype expected one of {" + dtype_list(allowed) + "}, got " + dname(d.dtype));
-  if (d.weight || d.bias) {
+  if (d.weight || d.bias || d.running_stats) {
     const bool mixed_ok = (d.dtype == DType::f16 || d.dtype == DType::bf16) && d.param_dtype == DType::f32;
     if (d.param_dtype != d.dtype && !mixed_ok)
       return unsupported(label + ": param_dtype expected " + dname(d.dtype) +
@@ -203,8 +293,13 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
 
   NormPlan p;
   p.desc_ = desc;
-  if (!(desc.weight || desc.bias)) p.desc_.param_dtype = desc.dtype;  // unused: keep descriptors comparable
+  if (!(desc.weight || desc.bias || desc.running_stats))
+    p.desc_.param_dtype = desc.dtype;  // unused: keep descriptors comparable
   p.allow_vectorized_ = pref.vectorized != Tristate::Forbid;
+  if (is_channel(desc.op)) {
+    p.select_channel(target);
+    return p;
+  }
   int lo = 0, hi = 0;
   reduced_range(desc, &lo, &hi);
   p.n_ = 1;
@@ -270,6 +365,11 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
     case NormOp::normalize:
       p.sku_.precision.note = "p=2: x / max(sqrt(sum x^2), eps)";
       break;
+    case NormOp::batch_norm:
+    case NormOp::instance_norm:
+    case NormOp::group_norm:
+    case NormOp::local_response_norm:
+      break;  // select_channel
   }
 
   // Backward parameter gradients: a fixed partition of the rows into slots (multiple of the
@@ -381,7 +481,404 @@ std::array<const Layout*, detail::kNumSlots> slot_layouts(const NormDesc& d, con
 }
 }  // namespace
 
+// ---- channel ops (batch/instance/group norm, local_response_norm) ---------------------------------
+namespace {
+struct ChannelDims {
+  int64_t N = 0, C = 0, S = 1;
+};
+ChannelDims channel_dims(const Shape& s) {
+  ChannelDims d;
+  d.N = s.dims[0];
+  d.C = s.dims[1];
+  for (int i = 2; i < s.rank; ++i) d.S *= s.dims[i];
+  return d;
+}
+/// Instance/group norm with batch statistics: statistics per (sample, group).
+bool channel_group_mode(const NormDesc& d) {
+  return d.op == NormOp::group_norm || (d.op == NormOp::instance_norm && d.training);
+}
+int64_t channel_groups(const NormDesc& d, int64_t C) { return d.op == NormOp::group_norm ? d.num_groups : C; }
+}  // namespace
+
+void NormPlan::select_channel(const Target& target) {
+  const NormDesc& d = desc_;
+  const bool bw = d.direction == Direction::Backward;
+  const bool lrn = d.op == NormOp::local_response_norm;
+  const bool group = !lrn && channel_group_mode(d);
+  const ChannelDims cd = channel_dims(d.shape);
+  const int64_t G = channel_groups(d, cd.C);
+  const int64_t cpg = G > 0 ? cd.C / G : 0;
+  const DType stats = norm_stats_dtype(d.dtype);
+  const int es = size_in_bytes(d.dtype), ms = size_in_bytes(stats);
+  // rows() / row_length(): the stat groups and their element counts (lrn: columns of C).
+  if (lrn) {
+    rows_ = cd.N * cd.S;
+    n_ = cd.C;
+  } else if (group) {
+    rows_ = cd.N * G;
+    n_ = cpg * cd.S;
+  } else {
+    rows_ = cd.C;
+    n_ = cd.N * cd.S;
+  }
+  cfg_ = Config{};
+  cfg_.tpr = cfg_.items = 0;
+  cfg_.block = detail::kChannelBlock;
+  if (group && cpg * cd.S > 0) {
+    const size_t bytes = detail::channel_smem_rows_bytes(bw, cpg, cd.S, es, ms);
+    if (bytes <= detail::channel_smem_rows_budget(target.sm)) cfg_.smem_rows_bytes = static_cast<int>(bytes);
+  }
+  // Workspace: partial sums and coefficients wherever statistics or parameter gradients are
+  // computed (sized for every layout); evaluation mode's forward needs none.
+  const bool uses_ws = !lrn && (d.training || (bw && (d.weight || d.bias)));
+  workspace_bytes_ = uses_ws ? detail::channel_workspace(cd.N, cd.C, cd.S, ms).total : 0;
+
+  sku_.category = "norm";
+  sku_.op = op_label(d);
+  const bool params = d.weight || d.bias || d.running_stats;
+  sku_.dtypes =
+      dname(d.dtype) + (params && d.param_dtype != d.dtype ? "," + dname(d.param_dtype) : "") + "->" + dname(d.dtype);
+  sku_.arch = target.sm >= 90 ? "sm_90a" : "sm_80";
+  sku_.backend = Backend::Native;
+  sku_.precision.math = stats;
+  sku_.precision.accumulator = stats;
+  sku_.precision.deterministic = true;
+  sku_.precision.bit_stable = true;
+  const std::string vec = allow_vectorized_ ? "" : " (vectorization forbidden)";
+  if (lrn) {
+    sku_.layout = "channel-window(size=" + std::to_string(d.lrn_size) + ")" + vec;
+    sku_.precision.note = bw ? "direct window sums, O(size^2) a gradient element" : "direct window sums";
+    return;
+  }
+  if (!d.training) {
+    sku_.layout = "running-stats-affine" + vec;
+    sku_.precision.note = "running statistics";
+    if (bw) sku_.precision.note += "; dweight/dbias: per-(n, c) sums, fixed-order batch sum";
+    return;
+  }
+  if (group) {
+    sku_.layout = "group-stats(G=" + std::to_string(G) + ")" +
+                  (cfg_.smem_rows_bytes ? "-smem-rows(" + std::to_string(cfg_.smem_rows_bytes) + " B)" : "") + vec;
+  } else {
+    sku_.layout = "channel-stats" + vec;
+  }
+  sku_.precision.note = bw ? "per-(n, c) sums of dy and dy * (x - mean), fixed-order finish"
+                           : "shifted sums of (x - x0) and (x - x0)^2, fixed-order finish" +
+                                 std::string(cfg_.smem_rows_bytes ? "; rows on chip: two-pass centred variance" : "");
+  if (bw && (d.weight || d.bias)) sku_.epilogue = "dweight/dbias: fixed-order batch sum";
+}
+
+namespace {
+/// x's [N, C, S] mapping for these tensors (channel_launch.hpp) and the launch struct's geometry.
+struct ChannelGeometry {
+  detail::ChannelLaunch p;
+  bool smem_rows = false;
+  std::string name;
+};
+
+ChannelGeometry channel_geometry(const NormDesc& d, const NormArgs& a, bool allow_vec, int smem_rows_bytes) {
+  using detail::ChannelMap;
+  ChannelGeometry g;
+  detail::ChannelLaunch& p = g.p;
+  const bool bw = d.direction == Direction::Backward;
+  const bool lrn = d.op == NormOp::local_response_norm;
+  const int rank = d.shape.rank;
+  const ChannelDims cd = channel_dims(d.shape);
+  std::array<const Layout*, detail::kChSlots> lay{};
+  lay[detail::kChX] = &a.x.layout;
+  p.ptr[detail::kChX] = a.x.data;
+  if (bw) {
+    lay[detail::kChDy] = &a.dy.layout;
+    p.ptr[detail::kChDy] = a.dy.data;
+  }
+  if (a.out.data) {
+    lay[detail::kChOut] = &a.out.layout;
+    p.ptr[detail::kChOut] = a.out.data;
+  }
+  bool planes = true, pixels = true;
+  std::array<int64_t, detail::kChSlots> merged{};
+  for (int t = 0; t < detail::kChSlots; ++t) {
+    if (!lay[t]) continue;
+    merged[t] = merged_stride(*lay[t], 2, rank);  // 1 when every spatial dim has size 1
+    if (merged[t] != 1) planes = false;
+    if (merged[t] < 0) pixels = false;
+    if (cd.C > 1 && lay[t]->stride[1] != 1) pixels = false;
+    p.sn[t] = lay[t]->stride[0];
+    p.sc[t] = lay[t]->stride[1];
+  }
+  // Unit-stride planes unless they are tiny and the channels are unit-stride too.
+  p.map = planes && (cd.S >= 32 || !pixels) ? ChannelMap::planes : (pixels ? ChannelMap::pixels : ChannelMap::strided);
+  p.N = cd.N;
+  p.C = cd.C;
+  p.S = cd.S;
+  if (p.map == ChannelMap::pixels) {
+    for (int t = 0; t < detail::kChSlots; ++t)
+      if (lay[t]) p.ss[t][0] = cd.S == 1 ? p.sn[t] : merged[t];  // S == 1: a pixel a sample
+    // Per-channel statistics over dense samples: fold the batch into the pixels.
+    bool fold = !lrn && !channel_group_mode(d);
+    for (int t = 0; t < detail::kChSlots; ++t)
+      if (lay[t] && cd.N > 1 && p.sn[t] != cd.S * p.ss[t][0]) fold = false;
+    if (fold) {
+      p.S = cd.N * cd.S;
+      p.N = 1;
+    }
+  } else if (p.map == ChannelMap::strided) {
+    // Spatial dims outer to inner without size-1 dims, merged where every slot allows.
+    for (int i = 2; i < rank; ++i) {
+      if (d.shape.dims[i] == 1) continue;
+      const int k = p.sdims;
+      if (k > 0) {
+        bool merge = true;
+        for (int t = 0; t < detail::kChSlots; ++t)
+          if (lay[t] && p.ss[t][k - 1] != lay[t]->stride[i] * d.shape.dims[i]) merge = false;
+        if (merge) {
+          p.ssize[k - 1] *= d.shape.dims[i];
+          for (int t = 0; t < detail::kChSlots; ++t)
+            if (lay[t]) p.ss[t][k - 1] = lay[t]->stride[i];
+          continue;
+        }
+      }
+      p.ssize[k] = d.shape.dims[i];
+      for (int t = 0; t < detail::kChSlots; ++t)
+        if (lay[t]) p.ss[t][k] = lay[t]->stride[i];
+      p.sdims = k + 1;
+    }
+  }
+  const int64_t vec = detail::norm_vec(size_in_bytes(d.dtype));
+  bool v = allow_vec && !lrn && p.map != ChannelMap::strided;
+  for (int t = 0; t < detail::kChSlots; ++t) {
+    if (!lay[t]) continue;
+    if (reinterpret_cast<uintptr_t>(p.ptr[t]) % 16 != 0) v = false;
+    if (p.N > 1 && p.sn[t] % vec != 0) v = false;
+    if (p.map == ChannelMap::planes && cd.C > 1 && p.sc[t] % vec != 0) v = false;
+    if (p.map == ChannelMap::pixels && p.S > 1 && p.ss[t][0] % vec != 0) v = false;
+  }
+  if (p.map == ChannelMap::planes && cd.S % vec != 0) v = false;
+  if (p.map == ChannelMap::pixels && cd.C % vec != 0) v = false;
+  p.vec = v;
+  g.smem_rows = !lrn && channel_group_mode(d) && p.map == ChannelMap::planes && smem_rows_bytes > 0;
+  const char* map_name = p.map == ChannelMap::planes ? "planes" : (p.map == ChannelMap::pixels ? "pixels" : "strided");
+  g.name = lrn ? std::string("window-") + map_name
+               : std::string(g.smem_rows ? "smem-rows" : map_name) + (v ? "-vec16" : "-scalar");
+  return g;
+}
+
+Result<void> channel_can_implement(const NormPlan& plan, const NormArgs& a) {
+  const NormDesc& d = plan.desc();
+  const std::string label = op_label(d);
+  const bool bw = d.direction == Direction::Backward;
+  const bool lrn = d.op == NormOp::local_response_norm;
+  const bool eval = !lrn && !d.training;
+  const DType stats = norm_stats_dtype(d.dtype), pd = d.param_dtype;
+  auto must_not = [&](bool present, const char* role, const char* why) -> Result<void> {
+    if (present) return invalid(label + ": " + role + " given but " + why);
+    return {};
+  };
+  BARACUDA_TRY(must_not(given(a.mask), "mask", "channel ops take no mask"));
+  BARACUDA_TRY(must_not(given(a.residual) || given(a.residual_out), "residual", "channel ops take no residual"));
+  BARACUDA_TRY(must_not(given(a.y), "y", "the backward reads x, not y"));
+  BARACUDA_TRY(must_not(given(a.weight) && !d.weight, "weight", "desc.weight is false"));
+  BARACUDA_TRY(must_not(given(a.bias) && !d.bias, "bias", "desc.bias is false"));
+  BARACUDA_TRY(must_not(given(a.bias) && bw, "bias", "the backward does not read it (desc.bias asks for dbias)"));
+  BARACUDA_TRY(must_not(given(a.dweight) && !(bw && d.weight), "dweight", "it exists only for a backward with weight"));
+  BARACUDA_TRY(must_not(given(a.dbias) && !(bw && d.bias), "dbias", "it exists only for a backward with bias"));
+  const bool want_running = !lrn && d.running_stats && (eval || !bw);
+  BARACUDA_TRY(must_not((given(a.running_mean) || given(a.running_var)) && !want_running, "running_mean/running_var",
+                        "they are read in evaluation mode and updated by a training forward with desc.running_stats"));
+  const bool saves = !lrn && !bw && d.training;
+  BARACUDA_TRY(must_not((given(a.save_mean) || given(a.save_rstd)) && !saves, "save_mean/save_rstd",
+                        "only a training forward computes statistics"));
+  const bool reads_stats = !lrn && bw && d.training;
+  BARACUDA_TRY(must_not((given(a.mean) || given(a.rstd)) && !reads_stats, "mean/rstd",
+                        "only a training backward reads the saved statistics (evaluation reads the running ones)"));
+  if (!bw) BARACUDA_TRY(must_not(given(a.dy), "dy", "it is a backward input"));
+
+  enum class Kind { Main, Param, Stat };
+  struct Want {
+    Operand op;
+    DType dtype;
+    Kind kind;
+    bool required;
+  };
+  std::vector<Want> want;
+  auto ref = [&](const char* role, const TensorRef& t, DType dt, Kind k, bool req) {
+    want.push_back({{role, t.data, t.dtype, &t.layout, false, k == Kind::Main}, dt, k, req});
+  };
+  auto mut = [&](const char* role, const TensorMut& t, DType dt, Kind k, bool req) {
+    want.push_back({{role, t.data, t.dtype, &t.layout, true, k == Kind::Main}, dt, k, req});
+  };
+  if (bw) ref("dy", a.dy, d.dtype, Kind::Main, true);
+  ref("x", a.x, d.dtype, Kind::Main, true);
+  if (d.weight) ref("weight", a.weight, pd, Kind::Param, true);
+  if (d.bias && !bw) ref("bias", a.bias, pd, Kind::Param, true);
+  if (want_running) {
+    mut("running_mean", a.running_mean, pd, Kind::Param, true);
+    mut("running_var", a.running_var, pd, Kind::Param, true);
+  }
+  if (saves) {
+    mut("save_mean", a.save_mean, stats, Kind::Stat, false);
+    mut("save_rstd", a.save_rstd, stats, Kind::Stat, false);
+  }
+  if (reads_stats) {
+    ref("mean", a.mean, stats, Kind::Stat, true);
+    ref("rstd", a.rstd, stats, Kind::Stat, true);
+  }
+  if (bw && d.weight) mut("dweight", a.dweight, pd, Kind::Param, false);
+  if (bw && d.bias) mut("dbias", a.dbias, pd, Kind::Param, false);
+  mut("out", a.out, d.dtype, Kind::Main, !bw || lrn);
+
+  const Shape pshape = Shape::of({d.shape.dims[1]});
+  const int64_t numel = d.shape.numel();
+  std::vector<std::pair<uintptr_t, uintptr_t>> range(want.size(), {0, 0});
+  std::vector<bool> used(want.size(), false);
+  for (size_t k = 0; k < want.size(); ++k) {
+    const Want& w = want[k];
+    const Operand& o = w.op;
+    if (o.data == nullptr && o.layout->rank == 0) {
+      if (w.required && numel > 0)  // an empty problem launches nothing
+        return invalid(label + ": " + o.role + " is required but was not given");
+      continue;
+    }
+    used[k] = true;
+    if (o.dtype != w.dtype)
+      return invalid(label + ": " + o.role + " dtype expected " + dname(w.dtype) + ", got " + dname(o.dtype));
+    const Layout& l = *o.layout;
+    if (w.kind == Kind::Main && !(Shape::of(l) == d.shape))
+      return invalid(label + ": " + o.role + " shape expected " + d.shape.str() + ", got " + l.shape_str());
+    if (w.kind == Kind::Param && !(Shape::of(l) == pshape))
+      return invalid(label + ": " + o.role + " shape expected " + pshape.str() + " (one per channel), got " +
+                     l.shape_str());
+    if (w.kind == Kind::Stat && l.numel() != plan.rows())
+      return invalid(label + ": " + o.role + " expected " + std::to_string(plan.rows()) + " elements (one per " +
+                     (channel_group_mode(d) ? "(sample, group)" : "channel") + "), got " + std::to_string(l.numel()) +
+                     " (shape " + l.shape_str() + ")");
+    if (w.kind != Kind::Main && !l.is_contiguous())
+      return invalid(label + ": " + o.role + " expected a contiguous tensor, got strides " + l.stride_str() +
+                     " for shape " + l.shape_str());
+    BARACUDA_TRY(byte_range(label, o, &range[k].first, &range[k].second));
+    if (l.numel() > 0 && o.data == nullptr)
+      return invalid(label + ": " + o.role + " is null but has " + std::to_string(l.numel()) + " elements");
+    if (o.is_output && l.numel() > 1 && (l.has_zero_stride() || l.has_internal_overlap()))
+      return invalid(label + ": " + o.role + " overlaps itself (shape " + l.shape_str() + ", strides " +
+                     l.stride_str() + "); outputs need distinct elements");
+  }
+  // Outputs (running stats included) may not alias anything, except an exact in-place output
+  // over an input of the input's shape: each element is read before it is written by the same
+  // thread (or, for rows on chip, staged first). Not local_response_norm: its window reads the
+  // neighbouring channels.
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!used[i] || !want[i].op.is_output || range[i].first == range[i].second) continue;
+    for (size_t j = 0; j < want.size(); ++j) {
+      if (i == j || !used[j] || range[j].first == range[j].second) continue;
+      if (!(range[i].first < range[j].second && range[j].first < range[i].second)) continue;
+      const bool inplace =
+          !lrn && want[i].op.main && want[j].op.main && !want[j].op.is_output && same_view(want[i].op, want[j].op);
+      if (!inplace)
+        return invalid(label + ": " + want[i].op.role + " overlaps " + want[j].op.role +
+                       (lrn ? " (local_response_norm reads neighbouring channels: no in-place)"
+                            : " (only exact in-place on an input of the same shape is allowed)"));
+    }
+  }
+  return {};
+}
+
+struct ChannelLauncher {
+  DType dtype;
+  detail::ChannelLaunchFn fw, bw;
+};
+constexpr ChannelLauncher kChannelLaunchers[] = {
+    {DType::f32, &detail::channel_launch<DType::f32, Direction::Forward>,
+     &detail::channel_launch<DType::f32, Direction::Backward>},
+    {DType::f16, &detail::channel_launch<DType::f16, Direction::Forward>,
+     &detail::channel_launch<DType::f16, Direction::Backward>},
+    {DType::bf16, &detail::channel_launch<DType::bf16, Direction::Forward>,
+     &detail::channel_launch<DType::bf16, Direction::Backward>},
+    {DType::f64, &detail::channel_launch<DType::f64, Direction::Forward>,
+     &detail::channel_launch<DType::f64, Direction::Backward>},
+};
+
+Result<void> channel_run(const NormPlan& plan, bool allow_vec, cudaStream_t stream, Workspace ws, const NormArgs& a) {
+  const NormDesc& d = plan.desc();
+  const std::string label = op_label(d);
+  const bool bw = d.direction == Direction::Backward;
+  const bool lrn = d.op == NormOp::local_response_norm;
+  const bool pgrad = bw && (a.dweight.data != nullptr || a.dbias.data != nullptr);
+  const ChannelDims cd = channel_dims(d.shape);
+  if (d.shape.numel() == 0) {
+    // An empty batch: parameter gradients are sums over nothing, i.e. zeros (torch's result);
+    // running statistics are left as they are (torch's batch_norm on an empty input).
+    if (pgrad && cd.C > 0) {
+      for (const TensorMut* t : {&a.dweight, &a.dbias}) {
+        if (!t->data) continue;
+        const cudaError_t e = cudaMemsetAsync(t->data, 0, static_cast<size_t>(cd.C) * size_in_bytes(t->dtype), stream);
+        if (e != cudaSuccess)
+          return make_error(Status::CudaError,
+                            label + ": zeroing a parameter gradient failed: " + cudaGetErrorString(e));
+      }
+    }
+    return {};
+  }
+  const bool uses_ws = !lrn && (d.training || pgrad);
+  if (uses_ws && (ws.bytes < plan.workspace_size() || !ws.ptr))
+    return make_error(Status::WorkspaceTooSmall,
+                      label + ": workspace expected >= " + std::to_string(plan.workspace_size()) + " bytes, got " +
+                          std::to_string(ws.bytes));
+  ChannelGeometry g = channel_geometry(d, a, allow_vec, plan.config().smem_rows_bytes);
+  detail::ChannelLaunch& p = g.p;
+  const DType stats = norm_stats_dtype(d.dtype);
+  p.op = d.op;
+  p.training = lrn || d.training;
+  p.group_mode = !lrn && channel_group_mode(d);
+  p.G = p.group_mode ? channel_groups(d, cd.C) : 1;
+  p.cpg = p.group_mode ? cd.C / p.G : 1;
+  p.count = p.group_mode ? p.cpg * cd.S : cd.N * cd.S;
+  if (g.smem_rows) {
+    p.smem_rows = plan.config().smem_rows_bytes;
+    p.chunks = detail::ChannelChunks{std::max<int64_t>(cd.S, 1), 1};  // one partial per (n, c)
+  } else if (p.map == detail::ChannelMap::pixels) {
+    p.chunks = detail::channel_pixel_chunks(p.N, p.S, p.C);
+  } else {
+    p.chunks = detail::channel_plane_chunks(p.N * p.C, p.S);
+  }
+  p.param_f32 = d.param_dtype == DType::f32 && d.dtype != DType::f32;
+  p.weight = d.weight ? a.weight.data : nullptr;
+  p.bias = d.bias ? a.bias.data : nullptr;
+  p.running_mean = a.running_mean.data;
+  p.running_var = a.running_var.data;
+  p.save_mean = a.save_mean.data;
+  p.save_rstd = a.save_rstd.data;
+  p.mean_in = a.mean.data;
+  p.rstd_in = a.rstd.data;
+  p.dweight = a.dweight.data;
+  p.dbias = a.dbias.data;
+  p.eps = d.eps;
+  p.momentum = d.momentum;
+  p.lrn_size = d.lrn_size;
+  p.lrn_alpha = d.lrn_alpha;
+  p.lrn_beta = d.lrn_beta;
+  p.lrn_k = d.lrn_k;
+  if (uses_ws) {
+    const detail::ChannelWorkspace w = detail::channel_workspace(cd.N, cd.C, cd.S, size_in_bytes(stats));
+    char* base = static_cast<char*>(ws.ptr);
+    // The on-chip backward writes per-(n, c) partials only for parameter gradients.
+    if (!(g.smem_rows && bw && !pgrad)) p.partial = base + w.partial;
+    if (d.training) p.coef = base + w.coef;  // evaluation: apply reads the running stats itself
+    if (bw && p.group_mode && pgrad) p.rstat = base + w.rstat;
+    if (!bw && d.op == NormOp::instance_norm && d.training && d.running_stats) p.gstat = base + w.gstat;
+  }
+  for (const auto& r : kChannelLaunchers) {
+    if (r.dtype != d.dtype) continue;
+    const cudaError_t e = (bw ? r.bw : r.fw)(p, stream);
+    if (e != cudaSuccess)
+      return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
+    return {};
+  }
+  return unsupported(label + ": no kernel for dtype " + dname(d.dtype));
+}
+}  // namespace
+
 Result<void> NormPlan::can_implement(const NormArgs& a) const {
+  if (is_channel(desc_.op)) return channel_can_implement(*this, a);
   const std::string label = op_label(desc_);
   const bool bw = desc_.direction == Direction::Backward;
   const bool softmax = is_softmax(desc_.op);
@@ -625,6 +1122,7 @@ constexpr LaunchRow kLaunchers[] = {
 
 std::string NormPlan::layout_for(const NormArgs& a) const {
   if (rows_ * n_ == 0) return "empty";
+  if (is_channel(desc_.op)) return channel_geometry(desc_, a, allow_vectorized_, cfg_.smem_rows_bytes).name;
   const Geometry g = geometry(desc_, a, n_);
   const bool vec = allow_vectorized_ && g.vec_ok;
   if (g.columns && !(desc_.direction == Direction::Backward && (a.dweight.data || a.dbias.data)))
@@ -639,6 +1137,7 @@ std::string NormPlan::layout_for(const NormArgs& a) const {
 
 Result<void> NormPlan::run(cudaStream_t stream, Workspace ws, const NormArgs& a) const {
   BARACUDA_TRY(can_implement(a));
+  if (is_channel(desc_.op)) return channel_run(*this, allow_vectorized_, stream, ws, a);
   const std::string label = op_label(desc_);
   const bool bw = desc_.direction == Direction::Backward;
   const bool want_pgrad = bw && (a.dweight.data != nullptr || a.dbias.data != nullptr);
@@ -723,6 +1222,14 @@ std::string desc_key(const NormDesc& d) {
   put(d.mask_shape.rank);
   k.append(reinterpret_cast<const char*>(d.mask_shape.dims.data()),
            sizeof(int64_t) * static_cast<size_t>(std::clamp(d.mask_shape.rank, 0, kMaxRank)));
+  put(d.num_groups);
+  const bool channel_flags[] = {d.training, d.running_stats};
+  put(channel_flags);
+  put(d.momentum);
+  put(d.lrn_size);
+  put(d.lrn_alpha);
+  put(d.lrn_beta);
+  put(d.lrn_k);
   return k;
 }
 }  // namespace

@@ -3,7 +3,8 @@
 // granularity the op takes; dtype strings are the SKU's ("bfloat16->int8", "int8->bfloat16",
 // "bfloat16,int8->bfloat16" for backward passes whose bounds depend on the quantized dtype).
 // quantized_linear lists the activation dtypes QuantizedLinearPlan accepts (none until GemmPlan
-// serves int8 x int8 -> bf16/f16/f32 with per-row/per-column scales).
+// serves int8 x int8 -> bf16/f16/f32 with per-row/per-column scales); w4a16_linear the (activation,
+// weight) pairs of W4A16LinearPlan's decode kernel ("bfloat16,uint4->bfloat16").
 #include "baracuda/core/coverage.hpp"
 #include "baracuda/ops/quant.hpp"
 
@@ -27,6 +28,18 @@ QuantDesc probe(const QuantOpInfo& in, DType dt, DType q, Direction dir) {
 
 void quant_coverage(const Target& target, std::vector<CoverageRow>& rows) {
   for (const auto& in : quant_ops()) {
+    if (in.op == QuantOp::w4a16_linear) {
+      for (int i = 0; i < kNumDTypes; ++i)
+        for (DType w : {DType::s4, DType::u4}) {
+          W4A16LinearDesc d;
+          d.dtype = static_cast<DType>(i);
+          d.weight_dtype = w;
+          d.m = 1, d.n = d.k = 128;
+          if (auto p = W4A16LinearPlan::select(target, d))
+            rows.push_back({"quant", in.name, Direction::Forward, p->sku().dtypes, p->sku().backend});
+        }
+      continue;
+    }
     if (in.engine == QuantEngine::linear) {
       for (int i = 0; i < kNumDTypes; ++i) {
         QuantizedLinearDesc d;

@@ -174,6 +174,10 @@ QuantDesc QuantDesc::dynamic_per_tensor(DType dt, DType q, const Shape& shape, i
 
 // ---- select -------------------------------------------------------------------------------------------
 namespace {
+const char* linear_plan_of(QuantOp op) {
+  return op == QuantOp::w4a16_linear ? "W4A16LinearPlan" : "QuantizedLinearPlan";
+}
+
 bool host_scaled(const QuantDesc& d) {
   return info(d.op).engine == QuantEngine::affine && d.granularity == QuantGranularity::per_tensor &&
          !d.scale_on_device;
@@ -184,7 +188,7 @@ Result<void> check_desc(const QuantDesc& d) {
   const std::string label = op_label(d);
   const bool bw = d.direction == Direction::Backward;
   if (in.engine == QuantEngine::linear)
-    return invalid(label + ": quantized_linear is served by QuantizedLinearPlan, not QuantPlan");
+    return invalid(label + ": " + in.name + " is served by " + linear_plan_of(d.op) + ", not QuantPlan");
   if (d.shape.rank < 0 || d.shape.rank > kMaxRank)
     return invalid(label + ": input rank expected 0..8, got " + str(d.shape.rank));
   for (int i = 0; i < d.shape.rank; ++i)
@@ -367,7 +371,7 @@ Result<QuantPlan> QuantPlan::select(const Target& target, const QuantDesc& desc,
   if (static_cast<size_t>(desc.op) >= std::size(kOps))
     return invalid("quant: op id " + str(static_cast<int>(desc.op)) + " is out of range");
   if (info(desc.op).engine == QuantEngine::linear)
-    return invalid("quantized_linear: served by QuantizedLinearPlan, not QuantPlan");
+    return invalid(std::string(info(desc.op).name) + ": served by " + linear_plan_of(desc.op) + ", not QuantPlan");
   BARACUDA_TRY(check_dtypes(desc));
   BARACUDA_TRY(check_desc(desc));
   const std::string label = op_label(desc);
@@ -448,6 +452,7 @@ Result<QuantPlan> QuantPlan::select(const Target& target, const QuantDesc& desc,
                " (1 when amax is 0 or not finite)" + (desc.delayed ? ", from the amax history (max)" : "");
       break;
     case QuantOp::quantized_linear:
+    case QuantOp::w4a16_linear:
       break;
   }
   return p;
@@ -541,6 +546,7 @@ Roles roles_of(const QuantDesc& d) {
       r.history = d.delayed;
       return r;
     case QuantOp::quantized_linear:
+    case QuantOp::w4a16_linear:
       return r;
   }
   r.scale = device_scale;
@@ -749,6 +755,7 @@ void fill_operands(const QuantDesc& d, const QuantArgs& a, bool allow_vec, detai
     for (int s = 0; s < detail::kQuantSlots; ++s) p->stride[s][p->ndim] = lay[s] ? lay[s]->stride[i] : 0;
     ++p->ndim;
   }
+  for (int i = 0; i < p->ndim; ++i) p->div_size[i] = detail::make_divisor(static_cast<uint64_t>(p->size[i]));
   for (int s = 0; s < detail::kQuantSlots; ++s) p->fp[s] = ptr[s];
   const int es = size_in_bytes(d.dtype);
   const int unit = 16 / es;
@@ -764,6 +771,34 @@ void fill_operands(const QuantDesc& d, const QuantArgs& a, bool allow_vec, detai
   p->vec = vec;
 }
 
+/// How the elementwise kernel finds scales (quant_launch.hpp): one for the tensor, or -- on the
+/// 16-byte path, when the scale index changes only every `run` elements with run a multiple of the
+/// unit -- one per unit from e0 / run (per-channel: runs of `inner` cycling over the axis;
+/// per-token: runs of a row; per-group along the last dim: runs of the group). Other layouts (a
+/// channel axis last, groups along an outer dim) find each element's scale from its position.
+void set_scale_runs(const QuantDesc& d, const QuantPlan::Geometry& g, int es, detail::QuantLaunch* p) {
+  p->scale_const = d.granularity == QuantGranularity::per_tensor;
+  int64_t run = 0;
+  p->run_mod = false;
+  switch (d.granularity) {
+    case QuantGranularity::per_tensor:
+      break;
+    case QuantGranularity::per_channel:
+      run = g.inner;
+      p->run_mod = true;
+      break;
+    case QuantGranularity::per_token:
+      run = g.axis_len;
+      break;
+    case QuantGranularity::per_group:
+      run = g.inner == 1 ? g.group : 0;
+      break;
+  }
+  const int64_t unit = 16 / es;
+  p->unit_uniform = p->vec && (p->scale_const || (run > 0 && run % unit == 0));
+  p->div_run = detail::make_divisor(static_cast<uint64_t>(run > 0 ? run : 1));
+}
+
 int64_t elem_grid(int64_t numel, bool vec, int es) {
   const int64_t unit = vec ? 16 / es : 2;
   const int64_t units = (numel + unit - 1) / unit;
@@ -771,9 +806,9 @@ int64_t elem_grid(int64_t numel, bool vec, int es) {
 }
 
 /// dynamic per-token launch shape: a function of (dtype, row length) only. Rows of up to 32
-/// vectors take a group of up to 32 threads holding one vector each; longer rows up to 512
-/// threads holding kQuantBigVectors vectors each (the row stays in registers up to 512 x that),
-/// beyond that the row streams twice.
+/// vectors take a group of up to 32 threads holding one vector each; longer rows a power-of-two
+/// group of up to 512 threads holding kQuantBigVectors vectors each (a warp per 4096-element
+/// 16-bit row; the row stays in registers up to 512 x that), beyond that the row streams twice.
 void rows_config(int64_t n, int w, detail::QuantLaunch* p) {
   auto pow2_at_least = [](int64_t v) {
     int t = 1;
@@ -837,7 +872,9 @@ std::string QuantPlan::layout_for(const QuantArgs& a) const {
           ? a.out.data
           : nullptr;
   fill_operands(desc_, a, allow_vectorized_, &p);
-  std::string s = p.vec ? "elementwise-vec16" : "elementwise-strided";
+  set_scale_runs(desc_, geo_, size_in_bytes(desc_.dtype), &p);
+  std::string s =
+      p.vec ? (p.unit_uniform ? "elementwise-vec16-unitscale" : "elementwise-vec16") : "elementwise-strided";
   if (desc_.op == QuantOp::dynamic_quantize) s = (desc_.delayed ? "delayed+" : "tensor-amax+") + s;
   return s;
 }
@@ -868,6 +905,10 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
   p.numel = numel;
   p.outer = geo_.outer, p.axis_len = geo_.axis_len, p.inner = geo_.inner, p.group = geo_.group;
   p.s_outer = geo_.s_outer, p.s_axis = geo_.s_axis, p.s_inner = geo_.s_inner;
+  p.wide = numel > int64_t{0xffffffff};
+  p.div_inner = detail::make_divisor(static_cast<uint64_t>(geo_.inner));
+  p.div_axis = detail::make_divisor(static_cast<uint64_t>(geo_.axis_len));
+  p.div_group = detail::make_divisor(static_cast<uint64_t>(geo_.group));
   p.q_min = desc_.q_min;
   p.q_max = desc_.q_max;
   p.fp8_max = static_cast<float>(quant_max_of(desc_.q_dtype));
@@ -910,6 +951,7 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
     p.amax_out = static_cast<float*>(a.amax_out.data);
     p.q_out = a.out.data;
     fill_operands(desc_, a, allow_vectorized_, &p);
+    set_scale_runs(desc_, geo_, es, &p);
     detail::QuantLaunch fin = p;
     fin.step = detail::QuantStep::finalize;
     fin.partial_in = partials;
@@ -1004,6 +1046,7 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
   if (p.elem == detail::QuantElemOp::dequant_fw) p.q_in = a.q.data;
   if (p.elem == detail::QuantElemOp::quant_fw) p.q_out = a.out.data;
   fill_operands(desc_, a, allow_vectorized_, &p);
+  set_scale_runs(desc_, geo_, es, &p);
   p.grid = elem_grid(numel, p.vec, es);
   const bool amax = p.elem == detail::QuantElemOp::quant_fw && desc_.record_amax;
   if (amax) p.amax_partial = partials;

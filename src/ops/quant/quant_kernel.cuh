@@ -2,26 +2,30 @@
 // quantized storage Q (int8_t, uint8_t, PackedS4, PackedU4, __nv_fp8_e4m3, __nv_fp8_e5m2), and
 // explicitly instantiated per T in quant_<dtype>.cu:
 //
-//  - elem_kernel<T, Q, op, vec>: quantize / dequantize / fake_quantize, forward and backward. Every
-//    element finds its scale from its position (o, a, i) around the axis (per-tensor, per-channel,
-//    per-token and per-group are one formula with different scale strides, see quant.hpp); the
-//    scale and zero point are reloaded only when the index changes. The vectorized variant moves
-//    16 bytes of the floating side per thread and step; the strided one takes 2 elements (one
-//    packed int4 byte) with per-operand offsets from the coalesced dims.
-//  - rows_kernel<T, Q, W, items, cached>: dynamic per-token quantization. A group of tpr threads
-//    owns a row, reads it once into registers (or streams it twice when longer than tpr x items),
-//    reduces max |x| (shuffles, then one shared-memory step), writes the row's scale and the
-//    quantized row.
+//  - elem_kernel<T, Q, op, mode>: quantize / dequantize / fake_quantize, forward and backward, in
+//    three variants (ElemMode): 16-byte units whose elements share one scale (quantize and
+//    dequantize forward: the scale index once per unit from e0 / run, then the whole unit at once),
+//    16-byte units with each element's scale from its position (o, a, i) around the axis, and a
+//    strided variant for any floating-point strides. Index arithmetic divides by launch constants
+//    with multiply-high (QuantDivisor): a 64-bit `/` is a ~70-instruction subroutine.
+//  - rows_kernel<T, Q, W, vecs, cached>: dynamic per-token quantization. A group of tpr threads
+//    owns a row (a warp per 4096-element 16-bit row), reads it once into registers as raw 16-byte
+//    words (or streams it twice when too long), reduces max |x| (unsigned max on the bit patterns,
+//    shuffles, a shared-memory step past a warp), writes the row's scale and the quantized row.
 //  - amax_kernel / finalize_kernel: per-tensor amax in two stages (partials per CTA, one CTA
 //    reduces them), the scale from it (current scaling) or from the amax history (delayed), and
 //    the history shift.
 //  - learn_bw_kernel / learn_sum_kernel: the LSQ backward with a fixed partition of each
 //    channel's elements into splits (partial sums in the workspace), then a fixed-order sum.
 //
-// Bit-exactness notes (see quant.hpp for the formulas): the arithmetic mirrors ATen's kernels
-// operation by operation, including where nvcc contracts a multiply-add into an FMA
-// (fake_quantize per-channel's `x * inv_scale + zero_point`), and uses the same float -> int64
-// conversion (cvt.rzi: NaN -> 0, saturating) that torch's kernels compile to.
+// Bit-exactness notes (see quant.hpp for the formulas): the fast paths compute torch's results
+// exactly, not approximately: integer quantize rounds x * (1 / s) with a magic-number FMA and checks
+// its distance to a tie (quant_magic), falling back to the double division; fp8 quantize gets the
+// correctly rounded quotient from the reciprocal (fp8_quot); integer dequantize multiplies in
+// float where the double product would round to the same float (dq_f32). The other arithmetic
+// mirrors ATen's kernels operation by operation, including where nvcc contracts a multiply-add into
+// an FMA (fake_quantize per-channel's `x * inv_scale + zero_point`), and uses the same float ->
+// int64 conversion (cvt.rzi: NaN -> 0, saturating) that torch's kernels compile to.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -45,42 +49,6 @@ template <class Q>
 inline constexpr bool kPacked = cuda::std::is_same_v<Q, PackedS4> || cuda::std::is_same_v<Q, PackedU4>;
 template <class Q>
 inline constexpr bool kFp8 = cuda::std::is_same_v<Q, __nv_fp8_e4m3> || cuda::std::is_same_v<Q, __nv_fp8_e5m2>;
-
-/// Element k of a unit's quantized bytes, as a float (integers exactly).
-template <class Q>
-__device__ __forceinline__ float q_decode(const uint8_t* qb, int k) {
-  if constexpr (kPacked<Q>) {
-    const int b = qb[k >> 1];
-    const int nib = (k & 1) ? (b >> 4) : (b & 15);
-    if constexpr (cuda::std::is_same_v<Q, PackedS4>)
-      return static_cast<float>((nib ^ 8) - 8);
-    else
-      return static_cast<float>(nib);
-  } else if constexpr (kFp8<Q>) {
-    Q v;
-    v.__x = qb[k];
-    return static_cast<float>(v);
-  } else if constexpr (cuda::std::is_same_v<Q, int8_t>) {
-    return static_cast<float>(static_cast<int8_t>(qb[k]));
-  } else {
-    return static_cast<float>(qb[k]);
-  }
-}
-
-/// Stores integer v (already clamped to the dtype's range) as element k of a unit's bytes. Packed:
-/// even k writes the low nibble (and clears the high one), odd k the high nibble.
-template <class Q>
-__device__ __forceinline__ void q_encode(uint8_t* qb, int k, int64_t v) {
-  if constexpr (kPacked<Q>) {
-    const uint8_t nib = static_cast<uint8_t>(v & 15);
-    if (k & 1)
-      qb[k >> 1] = static_cast<uint8_t>(qb[k >> 1] | (nib << 4));
-    else
-      qb[k >> 1] = nib;
-  } else {
-    qb[k] = static_cast<uint8_t>(v);
-  }
-}
 
 // ---- memory words ----------------------------------------------------------------------------------
 template <int N>
@@ -121,126 +89,27 @@ __device__ __forceinline__ void store_bytes(void* dst, const void* src) {
   *reinterpret_cast<W*>(dst) = w;
 }
 
-// ---- numerics --------------------------------------------------------------------------------------
-/// max that propagates NaN (torch.amax), for |x| >= 0.
-__device__ __forceinline__ float nanmax(float a, float b) { return (a != a || a > b) ? a : b; }
-
-/// The dynamic scale rule: amax * (1 / qmax), or `fallback` when amax is 0, NaN or infinite. A
-/// product with the float reciprocal, not a division: that is what torch's `amax / 127` computes
-/// (ATen divides a tensor by a CPU scalar as a * (1 / b) in opmath), and the H100 tests found the
-/// true quotient 1 ulp off it in a few rows.
-__device__ __forceinline__ float scale_of(float amax, float qmax, float fallback) {
-  const float inv = 1.0f / qmax;
-  return (amax > 0.f && amax <= cuda::std::numeric_limits<float>::max()) ? amax * inv : fallback;
-}
-
-/// The double division, out of line: it runs near ties only, and inlined into every element of a
-/// register-resident row it costs the fast path registers. (static: one copy per translation unit.)
-static __device__ __noinline__ int64_t quant_int_slow(float xf, double s, int64_t zp) {
-  return static_cast<int64_t>(rint(static_cast<double>(xf) / s) + static_cast<double>(zp));
-}
-/// Whether t = xf * inv decides rint(xf / s) (see quant_int_raw): with float(s) a normal float
-/// (host scales are checked; device scales are float32 values, exact) and inv normal, inv carries
-/// at most 2^-23 relative error and the product 2^-24 more, so t is within 2^-22 |t| of xf / s.
-__device__ __forceinline__ bool quant_fast_ok(float t, float inv) {
-  const float at = fabsf(t);
-  return at < 0x1p22f && inv >= 0x1p-126f && fabsf(t - (floorf(t) + 0.5f)) > at * 0x1p-21f;
-}
-/// torch's integer quantizer, unclamped: int64(rint(double(xf) / s) + zp) (ATen
-/// quantize_tensor_per_*_affine_cuda). Fast path: t = xf * inv (inv = 1.0f / float(s)) is within
-/// 2^-22 (relative) of xf / s; when t is farther than 2^-21 * |t| from a rounding tie (a
-/// half-integer), rint(t) is the double quotient's rint, so the double division runs only near
-/// ties, for huge |t| and for NaN/inf (where the cvt saturates or gives 0 as torch's does).
-__device__ __forceinline__ int64_t quant_int_raw(float xf, double s, float inv, int64_t zp) {
-  const float t = xf * inv;
-  if (quant_fast_ok(t, inv)) return static_cast<int64_t>(__float2int_rn(t)) + zp;
-  return quant_int_slow(xf, s, zp);
-}
-/// Clamped to [lo, hi] (a stored dtype's range, so 32 bits suffice): the common path stays in
-/// 32-bit integers.
-__device__ __forceinline__ int quant_int_clamped(float xf, double s, float inv, int zp, int lo, int hi) {
-  const float t = xf * inv;
-  if (quant_fast_ok(t, inv)) return min(max(__float2int_rn(t) + zp, lo), hi);
-  const int64_t v = quant_int_slow(xf, s, zp);
-  return static_cast<int>(v < lo ? lo : (v > hi ? hi : v));
-}
-
-template <class T>
-using math_t = cuda::std::conditional_t<cuda::std::is_same_v<T, double>, double, float>;
-
-/// Storage -> float32 (f64 rounds: torch's quantizers take float32), or -> the op's math type.
-template <class T>
-__device__ __forceinline__ float to_f32(T v) {
-  return static_cast<float>(load_as_opmath(v));
-}
-template <class T>
-__device__ __forceinline__ math_t<T> to_m(T v) {
-  return static_cast<math_t<T>>(load_as_opmath(v));
-}
-
-/// The scale and zero point in the forms the formulas use.
-struct QParams {
-  float s = 1.f;    ///< float(scale)
-  double sd = 1.0;  ///< scale in double (host: the descriptor's double; device: the float widened)
-  float inv = 1.f;  ///< 1.0f / s (torch's inv_scale)
-  int64_t zi = 0;   ///< integer zero point
-  float zf = 0.f;   ///< float zero point (float32 mode; otherwise float(zi))
-};
-
-__device__ __forceinline__ QParams load_qparams(const QuantLaunch& p, int64_t sidx) {
-  QParams q;
-  if (p.scale) {
-    q.s = __ldg(p.scale + sidx);
-    q.sd = static_cast<double>(q.s);
-  } else {
-    q.sd = p.host_scale;
-    q.s = static_cast<float>(p.host_scale);
+// ---- index arithmetic -----------------------------------------------------------------------------
+/// n / d for a launch-constant divisor (QuantDivisor): a multiply-high and shifts. !wide: n < 2^32.
+__device__ __forceinline__ uint64_t div_of(uint64_t n, const detail::QuantDivisor& d, bool wide) {
+  if (!wide) {
+    const uint32_t n32 = static_cast<uint32_t>(n);
+    return (static_cast<uint64_t>(__umulhi(n32, d.m32)) + n32) >> d.s;
   }
-  q.inv = 1.0f / q.s;
-  switch (p.zp_mode) {
-    case QuantZpMode::none:
-      break;
-    case QuantZpMode::int32:
-      q.zi = p.zero_point ? static_cast<int64_t>(__ldg(static_cast<const int32_t*>(p.zero_point) + sidx))
-                          : p.host_zero_point;
-      q.zf = static_cast<float>(q.zi);
-      break;
-    case QuantZpMode::float32:
-      q.zf = __ldg(static_cast<const float*>(p.zero_point) + sidx);
-      q.zi = static_cast<int64_t>(q.zf);
-      break;
-    case QuantZpMode::round_clamp: {  // torch: zero_point.round().clamp_(q_min, q_max)
-      float z = rintf(__ldg(static_cast<const float*>(p.zero_point) + sidx));
-      const float lo = static_cast<float>(p.q_min), hi = static_cast<float>(p.q_max);
-      z = z < lo ? lo : z;
-      z = hi < z ? hi : z;
-      q.zf = z;
-      q.zi = static_cast<int64_t>(z);
-      break;
-    }
-    case QuantZpMode::half_up_clamp: {  // torch: int64(min(max(zp + 0.5f, q_min), q_max))
-      float z = __ldg(static_cast<const float*>(p.zero_point) + sidx) + 0.5f;
-      const float lo = static_cast<float>(p.q_min), hi = static_cast<float>(p.q_max);
-      z = (z < lo) ? lo : z;
-      z = (hi < z) ? hi : z;
-      q.zi = static_cast<int64_t>(z);
-      q.zf = static_cast<float>(q.zi);
-      break;
-    }
-  }
-  return q;
+  const uint64_t t = __umul64hi(n, d.m64);
+  return (t + ((n - t) >> d.s1)) >> d.s2;
 }
 
-/// Position of element e around the axis, with the group split of the axis coordinate, stepped
-/// element by element without divisions.
+/// Position of element e around the axis, with the group split of the axis coordinate: found
+/// with three multiply-high divisions, then stepped element by element without any.
 struct Pos {
   int64_t o, a, i, ag, ar;  ///< outer, axis, inner, axis / group, axis % group
   __device__ __forceinline__ void init(int64_t e, const QuantLaunch& p) {
-    i = e % p.inner;
-    const int64_t t = e / p.inner;
-    a = t % p.axis_len;
-    o = t / p.axis_len;
-    ag = a / p.group;
+    const int64_t f = static_cast<int64_t>(div_of(e, p.div_inner, p.wide));
+    i = e - f * p.inner;
+    o = static_cast<int64_t>(div_of(f, p.div_axis, p.wide));
+    a = f - o * p.axis_len;
+    ag = static_cast<int64_t>(div_of(a, p.div_group, p.wide));
     ar = a - ag * p.group;
   }
   __device__ __forceinline__ void step(const QuantLaunch& p) {
@@ -260,16 +129,529 @@ struct Pos {
   }
 };
 
+/// The scale index shared by a unit starting at e0 (p.unit_uniform): e0 / run, cycled over the
+/// axis for per-channel.
+__device__ __forceinline__ int64_t unit_scale_index(const QuantLaunch& p, int64_t e0) {
+  uint64_t r = div_of(e0, p.div_run, p.wide);
+  if (p.run_mod) r -= div_of(r, p.div_axis, p.wide) * static_cast<uint64_t>(p.axis_len);
+  return static_cast<int64_t>(r);
+}
+
 /// Element offsets of every floating-point slot for logical index e (strided variant).
 __device__ __forceinline__ void fp_offsets(const QuantLaunch& p, int64_t e, int64_t (&off)[detail::kQuantSlots]) {
 #pragma unroll
   for (int s = 0; s < detail::kQuantSlots; ++s) off[s] = 0;
   for (int d = p.ndim - 1; d >= 0; --d) {
-    const int64_t sz = p.size[d];
-    const int64_t c = e % sz;
-    e /= sz;
+    const int64_t q = static_cast<int64_t>(div_of(e, p.div_size[d], p.wide));
+    const int64_t c = e - q * p.size[d];
+    e = q;
 #pragma unroll
     for (int s = 0; s < detail::kQuantSlots; ++s) off[s] += c * p.stride[s][d];
+  }
+}
+
+// ---- numerics --------------------------------------------------------------------------------------
+/// max that propagates NaN (torch.amax), for |x| >= 0.
+__device__ __forceinline__ float nanmax(float a, float b) { return (a != a || a > b) ? a : b; }
+
+/// The dynamic scale rule: amax * (1 / qmax), or `fallback` when amax is 0, NaN or infinite. A
+/// product with the float reciprocal, not a division: that is what torch's `amax / 127` computes
+/// (ATen divides a tensor by a CPU scalar as a * (1 / b) in opmath), and the H100 tests found the
+/// true quotient 1 ulp off it in a few rows.
+__device__ __forceinline__ float scale_of(float amax, float qmax, float fallback) {
+  const float inv = 1.0f / qmax;
+  return (amax > 0.f && amax <= cuda::std::numeric_limits<float>::max()) ? amax * inv : fallback;
+}
+
+/// max |x| over a thread's elements, on the bit patterns: with the sign cleared, IEEE magnitudes
+/// order like unsigned integers and every NaN sits above infinity, so an unsigned max is a
+/// NaN-propagating max of |x| (which NaN comes out does not matter: torch only says NaN). 16-bit
+/// types take two lanes a word (one __vmaxu2 per two elements).
+template <class T>
+struct AbsMax {
+  static constexpr bool kHalfWords = sizeof(T) == 2;
+  using U = cuda::std::conditional_t<sizeof(T) == 8, unsigned long long, uint32_t>;
+  U acc = 0;
+  /// Whole 32-bit words of storage (two 16-bit elements, one f32, half an f64) holding only
+  /// elements to count (or zeros).
+  template <int W>
+  __device__ __forceinline__ void add_words(const uint32_t (&w)[W]) {
+    if constexpr (sizeof(T) == 8) {
+#pragma unroll
+      for (int j = 0; j + 1 < W; j += 2)
+        acc = max(acc, ((static_cast<U>(w[j + 1]) << 32) | w[j]) & 0x7fffffffffffffffull);
+    } else {
+#pragma unroll
+      for (int j = 0; j < W; ++j) {
+        if constexpr (kHalfWords)
+          acc = __vmaxu2(acc, w[j] & 0x7fff7fffu);
+        else
+          acc = max(acc, w[j] & 0x7fffffffu);
+      }
+    }
+  }
+  __device__ __forceinline__ void add_one(T v) {
+    if constexpr (sizeof(T) == 8) {
+      acc = max(acc, static_cast<U>(__double_as_longlong(v)) & 0x7fffffffffffffffull);
+    } else if constexpr (kHalfWords) {
+      uint16_t h;
+      memcpy(&h, &v, 2);
+      acc = __vmaxu2(acc, static_cast<uint32_t>(h & 0x7fffu));
+    } else {
+      acc = max(acc, static_cast<uint32_t>(__float_as_uint(v)) & 0x7fffffffu);
+    }
+  }
+  /// As float32 (f64: the double maximum rounded, as rounding each element first would give).
+  __device__ __forceinline__ float value() const {
+    if constexpr (sizeof(T) == 8) {
+      return static_cast<float>(__longlong_as_double(static_cast<long long>(acc)));
+    } else if constexpr (kHalfWords) {
+      const uint16_t m = static_cast<uint16_t>(max(acc & 0xffffu, acc >> 16));
+      T v;
+      memcpy(&v, &m, 2);
+      return static_cast<float>(load_as_opmath(v));
+    } else {
+      return __uint_as_float(acc);
+    }
+  }
+};
+
+/// The scale and zero point in the forms the formulas use.
+struct QParams {
+  float s = 1.f;          ///< float(scale)
+  bool host = false;      ///< the descriptor's double scale (sd_of), not s
+  float inv = 1.f;        ///< 1.0f / s (torch's inv_scale; the fast quotients' reciprocal)
+  int64_t zi = 0;         ///< integer zero point
+  float zf = 0.f;         ///< float zero point (float32 mode; otherwise float(zi))
+  float invm = 0.f;       ///< |inv| * 2^-21, the fast integer quantizer's tie margin (+inf: never fast)
+  float cz = 0.f;         ///< 1.5 * 2^23 + zp (quant_magic)
+  bool dq_f32 = false;    ///< integer dequantize may multiply in float (float scale, small zero point)
+  bool div_fast = false;  ///< fp8_quot's corrected reciprocal is exact for this scale
+};
+
+/// The scale in double, as torch's quantizer divides by it: the descriptor's double for a host
+/// scale, the float widened otherwise.
+__device__ __forceinline__ double sd_of(const QuantLaunch& p, const QParams& q) {
+  return q.host ? p.host_scale : static_cast<double>(q.s);
+}
+
+/// The derived fields of q from s, host and zi. Computed per scale change (the vectorized
+/// kernels change scale every unit for per-channel and per-group), so kept short: the double
+/// scale is not kept (sd_of), and what an op does not use is dead code.
+__device__ __forceinline__ void finish_qparams(const QuantLaunch& p, QParams& q) {
+  q.inv = 1.0f / q.s;
+  const bool zp_small = q.zi > -(int64_t{1} << 20) && q.zi < (int64_t{1} << 20);
+  const float ai = fabsf(q.inv);
+  q.invm =
+      (zp_small && ai >= 0x1p-100f && ai <= 0x1p100f) ? ai * 0x1p-21f : cuda::std::numeric_limits<float>::infinity();
+  q.cz = 0x1.8p23f + static_cast<float>(zp_small ? q.zi : 0);
+  // (q - zp) * s: |q - zp| < 2^21 and a float scale make the double product exact, so rounding
+  // it to float equals the float product's single rounding.
+  q.dq_f32 = zp_small && (!q.host || static_cast<double>(q.s) == p.host_scale);
+  // fp8_quot: residuals stay normal and the quotient finite for every fp8-relevant x (see there).
+  const float as = fabsf(q.s);
+  q.div_fast = as >= 0x1p-60f && as <= 0x1p60f;
+}
+
+/// A unit's scale and zero point as stored (loaded with the unit's inputs, turned into QParams
+/// only when the scale index changes).
+struct RawQ {
+  float s = 1.f;
+  uint32_t z = 0;  ///< int32 or float32 bits, per zp_mode
+};
+
+__device__ __forceinline__ RawQ load_raw(const QuantLaunch& p, int64_t sidx) {
+  RawQ r;
+  if (p.scale) r.s = __ldg(p.scale + sidx);
+  if (p.zero_point && p.zp_mode != QuantZpMode::none) r.z = __ldg(static_cast<const uint32_t*>(p.zero_point) + sidx);
+  return r;
+}
+
+/// kFloatZp: the op may have float32 zero points (fake_quantize, learnable); quantize and
+/// dequantize only have none or int32, and skip the other cases. kDevice: the scale is a device
+/// tensor's (the per-unit reloads: a host scale is per-tensor, set once).
+template <bool kFloatZp = true, bool kDevice = false>
+__device__ __forceinline__ QParams make_qparams(const QuantLaunch& p, const RawQ& r) {
+  QParams q;
+  q.host = !kDevice && p.scale == nullptr;
+  q.s = q.host ? static_cast<float>(p.host_scale) : r.s;
+  if (!kFloatZp) {
+    if (p.zp_mode == QuantZpMode::int32) {
+      q.zi = kDevice || p.zero_point ? static_cast<int64_t>(static_cast<int32_t>(r.z)) : p.host_zero_point;
+      q.zf = static_cast<float>(q.zi);
+    }
+    finish_qparams(p, q);
+    return q;
+  }
+  switch (p.zp_mode) {
+    case QuantZpMode::none:
+      break;
+    case QuantZpMode::int32:
+      q.zi = p.zero_point ? static_cast<int64_t>(static_cast<int32_t>(r.z)) : p.host_zero_point;
+      q.zf = static_cast<float>(q.zi);
+      break;
+    case QuantZpMode::float32:
+      q.zf = __uint_as_float(r.z);
+      q.zi = static_cast<int64_t>(q.zf);
+      break;
+    case QuantZpMode::round_clamp: {  // torch: zero_point.round().clamp_(q_min, q_max)
+      float z = rintf(__uint_as_float(r.z));
+      const float lo = static_cast<float>(p.q_min), hi = static_cast<float>(p.q_max);
+      z = z < lo ? lo : z;
+      z = hi < z ? hi : z;
+      q.zf = z;
+      q.zi = static_cast<int64_t>(z);
+      break;
+    }
+    case QuantZpMode::half_up_clamp: {  // torch: int64(min(max(zp + 0.5f, q_min), q_max))
+      float z = __uint_as_float(r.z) + 0.5f;
+      const float lo = static_cast<float>(p.q_min), hi = static_cast<float>(p.q_max);
+      z = (z < lo) ? lo : z;
+      z = (hi < z) ? hi : z;
+      q.zi = static_cast<int64_t>(z);
+      q.zf = static_cast<float>(q.zi);
+      break;
+    }
+  }
+  finish_qparams(p, q);
+  return q;
+}
+
+template <bool kFloatZp = true>
+__device__ __forceinline__ QParams load_qparams(const QuantLaunch& p, int64_t sidx) {
+  return make_qparams<kFloatZp>(p, load_raw(p, sidx));
+}
+
+/// The double division, out of line: it runs near ties only, and inlined into every element of a
+/// register-resident row it costs the fast path registers. (static: one copy per translation unit.)
+static __device__ __noinline__ int64_t quant_int_slow(float xf, double s, int64_t zp) {
+  return static_cast<int64_t>(rint(static_cast<double>(xf) / s) + static_cast<double>(zp));
+}
+
+/// torch's integer quantizer rint(double(x) / s) + zp (ATen quantize_tensor_per_*_affine_cuda),
+/// fast: y = fma(x, inv, 1.5 * 2^23 + zp) rounds the exact product x * inv to an integer k and
+/// holds 1.5 * 2^23 + zp + k, i.e. its bits are 0x4B400000 + k + zp (the code sits in the low
+/// mantissa bits: no float -> int conversion). k is rint(x / s) whenever
+/// |x * inv - k| + 2^-21 |x * inv| < 0.5, which one more FMA checks: x * inv is within
+/// (2^-23 + 2^-47) |x * inv| of x / s (inv = RN(1 / float(s)); float(s) within 2^-24 of a double
+/// host scale) and the computed distance within 2^-26 of the exact one, so x / s is then strictly
+/// nearer k than any other integer (for |x * inv| < 0.04, k = 0 and |x / s| < 0.5 anyway).
+/// Otherwise -- within about 2^-21 |x / s| of a rounding tie, |x * inv| >= 2^20, NaN or inf, or a
+/// scale / zero point outside the fast range (invm = inf) -- `bad` is set and the caller takes
+/// the double division. ATen's rint(double) and this rint both round half to even; ties never
+/// take the fast path.
+__device__ __forceinline__ float quant_magic(float xf, const QParams& q, bool& bad) {
+  const float y = fmaf(xf, q.inv, q.cz);
+  const float k = y - q.cz;
+  const float d = fmaf(xf, q.inv, -k);
+  bad |= !(fmaf(fabsf(xf), q.invm, fabsf(d)) < 0.5f);
+  return y;
+}
+/// The clamped code of quant_magic's y as an int (its bits minus those of 1.5 * 2^23).
+__device__ __forceinline__ int magic_code(float y, float ylo, float yhi) {
+  return __float_as_int(fminf(fmaxf(y, ylo), yhi)) - 0x4B400000;
+}
+/// clamp(rint(x / s) + zp, lo, hi), exactly torch's, for one element.
+__device__ __forceinline__ int quant_int_one(float xf, const QParams& q, const QuantLaunch& p, float ylo, float yhi) {
+  bool bad = false;
+  const float y = quant_magic(xf, q, bad);
+  if (!bad) return magic_code(y, ylo, yhi);
+  const int64_t v = quant_int_slow(xf, sd_of(p, q), q.zi);
+  return static_cast<int>(v < p.q_min ? p.q_min : (v > p.q_max ? p.q_max : v));
+}
+
+/// x / s rounded to float, as the fp8 quantizer needs it (torch: (x.float() / s)), without a
+/// division: t = x * inv, then two corrections t' = t + (x - t s) inv. The first makes t faithful
+/// (within an ulp of x / s); from a faithful quotient and inv = RN(1 / s), the second gives the
+/// correctly rounded x / s (Markstein's theorem; the residuals are exact FMAs). That needs normal
+/// residuals: with 2^-60 <= |s| <= 2^60 (div_fast) every x whose quotient can reach an fp8 value
+/// (|x / s| > 2^-17) has |x| > 2^-77, and smaller quotients only need their sign (copied from t:
+/// the corrections of a signed zero may drop it). |t| >= 2^100 (inf, or saturating anyway) and NaN
+/// keep t. Otherwise the division.
+__device__ __forceinline__ float fp8_quot_fast(float xf, const QParams& q) {
+  const float t = xf * q.inv;
+  const float t1 = fmaf(fmaf(-t, q.s, xf), q.inv, t);
+  const float t2 = fmaf(fmaf(-t1, q.s, xf), q.inv, t1);
+  return fabsf(t) < 0x1p100f ? copysignf(t2, t) : t;
+}
+__device__ __forceinline__ float fp8_quot(float xf, const QParams& q) {
+  return q.div_fast ? fp8_quot_fast(xf, q) : xf / q.s;
+}
+
+template <class Q>
+inline constexpr __nv_fp8_interpretation_t kFp8Kind = cuda::std::is_same_v<Q, __nv_fp8_e5m2> ? __NV_E5M2 : __NV_E4M3;
+
+// ---- packing codes ---------------------------------------------------------------------------------
+/// Bytes a unit of N elements stores as Q, and the 32-bit words holding them.
+template <class Q, int N>
+inline constexpr int kCodeBytes = kPacked<Q> ? N / 2 : N;
+template <class Q, int N>
+inline constexpr int kCodeWords = (kCodeBytes<Q, N> + 3) / 4;
+
+/// The low bytes of words c[0..B) into bytes 0..B of w (byte permutes, no shifts or masks).
+template <int B>
+__device__ __forceinline__ void pack_low_bytes(const uint32_t (&c)[B], uint32_t (&w)[(B + 3) / 4]) {
+#pragma unroll
+  for (int i = 0; i < (B + 3) / 4; ++i) {
+    const uint32_t b0 = c[4 * i];
+    const uint32_t b1 = 4 * i + 1 < B ? c[4 * i + 1] : 0u;
+    const uint32_t lo = __byte_perm(b0, b1, 0x0040);
+    if (4 * i + 2 < B) {
+      const uint32_t b3 = 4 * i + 3 < B ? c[4 * i + 3] : 0u;
+      w[i] = __byte_perm(lo, __byte_perm(c[4 * i + 2], b3, 0x0040), 0x5410);
+    } else {
+      w[i] = lo & 0xffffu;
+    }
+  }
+}
+
+/// Codes (the low bits of c[k], element k) into Q's storage: a byte each, or two nibbles a byte
+/// with the even element low.
+template <class Q, int N>
+__device__ __forceinline__ void pack_codes(const uint32_t (&c)[N], uint32_t (&w)[kCodeWords<Q, N>]) {
+  if constexpr (kPacked<Q>) {
+    uint32_t b[N / 2];
+#pragma unroll
+    for (int j = 0; j < N / 2; ++j) b[j] = (c[2 * j] & 0xfu) | ((c[2 * j + 1] & 0xfu) << 4);
+    pack_low_bytes<N / 2>(b, w);
+  } else {
+    pack_low_bytes<N>(c, w);
+  }
+}
+
+/// Element k of a unit's quantized bytes, as a float (integers exactly).
+template <class Q>
+__device__ __forceinline__ float q_decode(const uint8_t* qb, int k) {
+  if constexpr (kPacked<Q>) {
+    const int b = qb[k >> 1];
+    const int nib = (k & 1) ? (b >> 4) : (b & 15);
+    if constexpr (cuda::std::is_same_v<Q, PackedS4>)
+      return static_cast<float>((nib ^ 8) - 8);
+    else
+      return static_cast<float>(nib);
+  } else if constexpr (kFp8<Q>) {
+    Q v;
+    v.__x = qb[k];
+    return static_cast<float>(v);
+  } else if constexpr (cuda::std::is_same_v<Q, int8_t>) {
+    return static_cast<float>(static_cast<int8_t>(qb[k]));
+  } else {
+    return static_cast<float>(qb[k]);
+  }
+}
+
+/// Stores integer v (already clamped to the dtype's range) as element k of a unit's bytes. Packed:
+/// even k writes the low nibble (and clears the high one), odd k the high nibble.
+template <class Q>
+__device__ __forceinline__ void q_encode(uint8_t* qb, int k, int64_t v) {
+  if constexpr (kPacked<Q>) {
+    const uint8_t nib = static_cast<uint8_t>(v & 15);
+    if (k & 1)
+      qb[k >> 1] = static_cast<uint8_t>(qb[k >> 1] | (nib << 4));
+    else
+      qb[k >> 1] = nib;
+  } else {
+    qb[k] = static_cast<uint8_t>(v);
+  }
+}
+
+template <class T>
+using math_t = cuda::std::conditional_t<cuda::std::is_same_v<T, double>, double, float>;
+
+/// Storage -> float32 (f64 rounds: torch's quantizers take float32), or -> the op's math type.
+template <class T>
+__device__ __forceinline__ float to_f32(T v) {
+  return static_cast<float>(load_as_opmath(v));
+}
+template <class T>
+__device__ __forceinline__ math_t<T> to_m(T v) {
+  return static_cast<math_t<T>>(load_as_opmath(v));
+}
+
+// ---- raw storage words -----------------------------------------------------------------------------
+/// The 32-bit words holding N elements of T. Units and rows keep their inputs as these words and
+/// decode an element where it is used: an array of 16-bit T would be unpacked into a register per
+/// element at the load (twice the registers).
+template <class T, int N>
+inline constexpr int kRawWords = static_cast<int>((N * sizeof(T) + 3) / 4);
+
+template <class T, int W>
+__device__ __forceinline__ T raw_get(const uint32_t (&r)[W], int k) {
+  T v;
+  memcpy(&v, reinterpret_cast<const char*>(r) + k * sizeof(T), sizeof(T));
+  return v;
+}
+template <class T, int W>
+__device__ __forceinline__ void raw_set(uint32_t (&r)[W], int k, T v) {
+  memcpy(reinterpret_cast<char*>(r) + k * sizeof(T), &v, sizeof(T));
+}
+/// Element k as float32 (f64 rounds, as to_f32): bf16 is one shift or mask, f16 one conversion.
+template <class T, int W>
+__device__ __forceinline__ float raw_f32(const uint32_t (&r)[W], int k) {
+  if constexpr (cuda::std::is_same_v<T, __nv_bfloat16>) {
+    const uint32_t w = r[k / 2];
+    return __uint_as_float((k & 1) ? (w & 0xffff0000u) : (w << 16));
+  } else if constexpr (cuda::std::is_same_v<T, __half>) {
+    __half2 h;
+    memcpy(&h, &r[k / 2], 4);
+    return (k & 1) ? __high2float(h) : __low2float(h);
+  } else if constexpr (cuda::std::is_same_v<T, float>) {
+    return __uint_as_float(r[k]);
+  } else {
+    return to_f32(raw_get<T>(r, k));
+  }
+}
+
+// ---- one unit with one scale (the vectorized kernels' fast paths) ----------------------------------
+/// Quantizes N elements sharing q into Q's storage words. Integer codes come from quant_magic and
+/// a byte permute (about 10 instructions an element); if any element needs the exact division,
+/// the unit is redone element by element. fp8: fp8_quot and the hardware's paired saturating
+/// conversion (cvt.rn.satfinite.e4m3x2 / e5m2x2: clamp to +-max and RN, NaN kept, as
+/// (x / s).clamp(-M, M).to(fp8) does).
+/// The units' slow paths, out of line (they run near ties, for NaN / inf / huge quotients and for
+/// extreme scales; inlined, they cost every kernel registers). Arguments by value: a noinline
+/// function must not take the kernel's parameter block by reference (that would copy it to local
+/// memory).
+template <class T, class Q, int N>
+static __device__ __noinline__ uint2 quant_unit_slow(uint4 raw, float s, float inv, float invm, float cz, double sd,
+                                                     int zi, int lo, int hi) {
+  uint32_t a[kRawWords<T, N>];
+  memcpy(a, &raw, sizeof(a));
+  uint8_t b[kCodeBytes<Q, N>];
+  if constexpr (kFp8<Q>) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) b[k] = convert<Q>(raw_f32<T>(a, k) / s, true).__x;
+  } else {
+    QParams q;
+    q.inv = inv, q.invm = invm, q.cz = cz;
+    const float ylo = 0x1.8p23f + static_cast<float>(lo), yhi = 0x1.8p23f + static_cast<float>(hi);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const float xf = raw_f32<T>(a, k);
+      bool bad = false;
+      const float y = quant_magic(xf, q, bad);
+      int v;
+      if (!bad) {
+        v = magic_code(y, ylo, yhi);
+      } else {
+        const int64_t w = quant_int_slow(xf, sd, zi);
+        v = static_cast<int>(w < lo ? lo : (w > hi ? hi : w));
+      }
+      q_encode<Q>(b, k, v);
+    }
+  }
+  uint2 r = make_uint2(0, 0);
+  memcpy(&r, b, sizeof(b));
+  return r;
+}
+
+template <class T, class Q, int N>
+__device__ __forceinline__ void quant_unit(const uint32_t (&a)[kRawWords<T, N>], const QParams& q, float ylo, float yhi,
+                                           const QuantLaunch& p, uint32_t (&w)[kCodeWords<Q, N>]) {
+  static_assert(kRawWords<T, N> <= 4 && kCodeWords<Q, N> <= 2, "a unit is 16 bytes");
+  bool bad = false;
+  if constexpr (kFp8<Q>) {
+    static_assert(N % 2 == 0, "fp8 units convert pairs");
+    bad = !q.div_fast;
+    if (!bad) {
+      uint32_t h[N / 2];
+#pragma unroll
+      for (int j = 0; j < N / 2; ++j)
+        h[j] = __nv_cvt_float2_to_fp8x2(
+            make_float2(fp8_quot_fast(raw_f32<T>(a, 2 * j), q), fp8_quot_fast(raw_f32<T>(a, 2 * j + 1), q)),
+            __NV_SATFINITE, kFp8Kind<Q>);
+#pragma unroll
+      for (int i = 0; i < kCodeWords<Q, N>; ++i)
+        w[i] = 2 * i + 1 < N / 2 ? __byte_perm(h[2 * i], h[2 * i + 1], 0x5410) : (h[2 * i] & 0xffffu);
+      return;
+    }
+  } else {
+    uint32_t c[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) c[k] = __float_as_uint(fminf(fmaxf(quant_magic(raw_f32<T>(a, k), q, bad), ylo), yhi));
+    if (!bad) {
+      pack_codes<Q, N>(c, w);
+      return;
+    }
+  }
+  uint4 raw = make_uint4(0, 0, 0, 0);
+  memcpy(&raw, a, sizeof(a));
+  const uint2 r = quant_unit_slow<T, Q, N>(raw, q.s, q.inv, q.invm, q.cz, sd_of(p, q), static_cast<int>(q.zi),
+                                           static_cast<int>(p.q_min), static_cast<int>(p.q_max));
+  w[0] = r.x;
+  if constexpr (kCodeWords < Q, N >> 1) w[1] = r.y;
+}
+
+/// Integer codes -> floats: a code byte (nibble) under the bits 0x4B000000 is the float 2^23 + code,
+/// so subtracting 2^23 + bias + zp (bias 128 for int8, 8 for int4 after flipping the sign bit;
+/// 0 unsigned) gives q - zp exactly, with byte permutes and one FADD instead of conversions.
+template <class Q>
+inline constexpr uint32_t kCodeFlip = cuda::std::is_same_v<Q, int8_t>     ? 0x80808080u
+                                      : cuda::std::is_same_v<Q, PackedS4> ? 0x88888888u
+                                                                          : 0u;
+template <class Q>
+inline constexpr float kCodeBias = cuda::std::is_same_v<Q, int8_t>     ? 128.f
+                                   : cuda::std::is_same_v<Q, PackedS4> ? 8.f
+                                                                       : 0.f;
+
+/// Dequantizes N elements sharing q (dq_f32, or fp8) from Q's storage words into float:
+/// integers (q - zp) * s, fp8 float(q) * s, each one float rounding (what torch's float32 result
+/// holds).
+template <class Q, int N>
+__device__ __forceinline__ void dequant_unit(const uint32_t (&w)[kCodeWords<Q, N>], const QParams& q, float (&f)[N]) {
+  if constexpr (kFp8<Q>) {
+#pragma unroll
+    for (int j = 0; j < N / 2; ++j) {
+      const uint32_t h = (w[j / 2] >> (16 * (j & 1))) & 0xffffu;
+      const __half2 hv = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(h), kFp8Kind<Q>);
+      const float2 v = __half22float2(hv);
+      f[2 * j] = v.x * q.s;
+      f[2 * j + 1] = v.y * q.s;
+    }
+  } else {
+    const float base = 0x1p23f + kCodeBias<Q> + static_cast<float>(q.zi);
+#pragma unroll
+    for (int i = 0; i < kCodeWords<Q, N>; ++i) {
+      const uint32_t u = w[i] ^ kCodeFlip<Q>;
+      if constexpr (kPacked<Q>) {
+        const uint32_t lo = u & 0x0f0f0f0fu, hi = (u >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int k = 8 * i + 2 * j;
+          if (k < N) {
+            f[k] = (__uint_as_float(__byte_perm(lo, 0x4B000000u, 0x7650u | j)) - base) * q.s;
+            f[k + 1] = (__uint_as_float(__byte_perm(hi, 0x4B000000u, 0x7650u | j)) - base) * q.s;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int k = 4 * i + j;
+          if (k < N) f[k] = (__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7650u | j)) - base) * q.s;
+        }
+      }
+    }
+  }
+}
+
+/// Floats -> N elements of T (16-bit types two at a time: one paired conversion).
+template <class T, int N>
+__device__ __forceinline__ void floats_to(const float (&f)[N], T (&y)[N]) {
+  if constexpr (cuda::std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
+#pragma unroll
+    for (int j = 0; j < N / 2; ++j) {
+      const __nv_bfloat162 v = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
+      memcpy(&y[2 * j], &v, 4);
+    }
+  } else if constexpr (cuda::std::is_same_v<T, __half> && N % 2 == 0) {
+#pragma unroll
+    for (int j = 0; j < N / 2; ++j) {
+      const __half2 v = __floats2half2_rn(f[2 * j], f[2 * j + 1]);
+      memcpy(&y[2 * j], &v, 4);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) y[k] = convert<T>(f[k]);
   }
 }
 
@@ -332,23 +714,58 @@ __device__ __forceinline__ math_t<T> fake_one(const QuantLaunch& p, const QParam
   return static_cast<M>((b - q.zf) * q.s);
 }
 
+/// Variants of the elementwise kernel (template parameter; the launcher picks one per call):
+///  strided      2 elements a unit, per-operand offsets from the coalesced dims;
+///  vec          16-byte units, each element's scale from its position (and, for the ops without
+///               a unit path, a runtime branch to one scale a unit when unit_uniform);
+///  vec_uniform  16-byte units sharing one scale each (unit_uniform), quantize / dequantize only:
+///               the unit-at-a-time path, compiled without the per-element machinery so that it
+///               keeps its registers (two units in flight at about 60).
+enum class ElemMode : int { strided, vec, vec_uniform };
+
+/// Ops with a unit-at-a-time path when the unit shares one scale (integer dequantize to f64 keeps
+/// the double product: the element loop).
+template <class T, QuantElemOp kOp>
+inline constexpr bool kFastUnitOp = kOp == QuantElemOp::quant_fw ||
+                                    (kOp == QuantElemOp::dequant_fw && !cuda::std::is_same_v<T, double>);
+
 /// One unit (kUnit consecutive elements) of the elementwise kernel: its loaded inputs, then the
 /// element loop and the stores. Split so that the vectorized variant issues the loads of
-/// kQuantUnroll units before it waits on any of them (bytes in flight per SM).
-template <class T, class Q, QuantElemOp kOp, bool kVec>
+/// kQuantUnroll units (and, when a unit's elements share one scale, that scale and zero point)
+/// before it waits on any of them.
+template <class T, class Q, QuantElemOp kOp, ElemMode kMode>
 struct ElemUnit {
+  static constexpr bool kVec = kMode != ElemMode::strided;
   static constexpr int kUnit = kVec ? static_cast<int>(16 / sizeof(T)) : 2;
-  static constexpr int kQB = kPacked<Q> ? kUnit / 2 : kUnit;  // quantized bytes of a unit
+  static constexpr int kQB = kCodeBytes<Q, kUnit>;  // quantized bytes of a unit
+  static constexpr int kQW = kCodeWords<Q, kUnit>;
+  static constexpr bool kFastUnit = kMode == ElemMode::vec_uniform && kFastUnitOp<T, kOp>;
+  /// Whether this variant may find one scale per unit (vec_uniform always; vec at run time).
+  static constexpr bool kUnitScales =
+      kMode == ElemMode::vec_uniform || (kMode == ElemMode::vec && !kFastUnitOp<T, kOp>);
+  static constexpr int kAW = kRawWords<T, kUnit>;
   using M = math_t<T>;
   int64_t e0 = 0;
-  int n = 0;  ///< valid elements (kUnit except in the tail)
-  T a[kUnit], b[kUnit];
-  uint8_t qb[kQB];
+  int n = 0;                ///< valid elements (kUnit except in the tail)
+  uint32_t a[kAW], b[kAW];  ///< in0 / in1 as loaded (raw words; tail elements past n are zeros)
+  uint32_t qw[kQW];         ///< dequantize: the unit's codes
+  int64_t sidx = 0;         ///< kUnitScales: the unit's scale index
+  RawQ raw;                 ///< kUnitScales with device scales: the unit's scale and zero point as stored
   int64_t off[kVec ? 1 : kUnit][detail::kQuantSlots];
 
+  __device__ __forceinline__ void load_in(const T* in, int slot, uint32_t (&r)[kAW], bool full) {
+    if (full) {
+      load_bytes<16>(in + e0, r);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kAW; ++j) r[j] = 0;
+#pragma unroll
+      for (int k = 0; k < kUnit; ++k)
+        if (k < n) raw_set<T>(r, k, in[kVec ? e0 + k : off[kVec ? 0 : k][slot]]);
+    }
+  }
+
   __device__ __forceinline__ void load(const QuantLaunch& p, int64_t u) {
-    const T* in0 = static_cast<const T*>(p.fp[detail::kQIn0]);
-    const T* in1 = static_cast<const T*>(p.fp[detail::kQIn1]);
     e0 = u * kUnit;
     n = static_cast<int>(p.numel - e0 < kUnit ? p.numel - e0 : kUnit);
     const bool full = kVec && n == kUnit;
@@ -357,102 +774,96 @@ struct ElemUnit {
       for (int k = 0; k < kUnit; ++k)
         if (k < n) fp_offsets(p, e0 + k, off[k]);
     }
-    if constexpr (kReadsIn0<kOp>) {
-      if (full) {
-        load_bytes<16>(in0 + e0, a);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kUnit; ++k)
-          if (k < n) a[k] = in0[kVec ? e0 + k : off[kVec ? 0 : k][detail::kQIn0]];
-      }
-    }
-    if constexpr (kReadsIn1<kOp>) {
-      if (full) {
-        load_bytes<16>(in1 + e0, b);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kUnit; ++k)
-          if (k < n) b[k] = in1[kVec ? e0 + k : off[kVec ? 0 : k][detail::kQIn1]];
-      }
-    }
+    if constexpr (kReadsIn0<kOp>) load_in(static_cast<const T*>(p.fp[detail::kQIn0]), detail::kQIn0, a, full);
+    if constexpr (kReadsIn1<kOp>) load_in(static_cast<const T*>(p.fp[detail::kQIn1]), detail::kQIn1, b, full);
     if constexpr (kOp == QuantElemOp::dequant_fw) {
       const uint8_t* qsrc = static_cast<const uint8_t*>(p.q_in) + (kPacked<Q> ? e0 / 2 : e0);
       if (full) {
-        load_bytes<kQB>(qsrc, qb);
+        load_bytes<kQB>(qsrc, qw);
       } else {
+        uint8_t qb[kQW * 4] = {};
 #pragma unroll
         for (int k = 0; k < kQB; ++k)
           if (k * (kPacked<Q> ? 2 : 1) < n) qb[k] = qsrc[k];
+        memcpy(qw, qb, sizeof(qw));
+      }
+    }
+    if constexpr (kUnitScales) {
+      if (p.unit_uniform && !p.scale_const) {
+        sidx = unit_scale_index(p, e0);
+        raw = load_raw(p, sidx);
       }
     }
   }
 
-  /// The element loop and the stores; `last`/`q` carry the scale cache across units.
-  __device__ __forceinline__ void finish(const QuantLaunch& p, int64_t& last, QParams& q, float& amax) {
+  /// The element loop; q_at(k) returns element k's QParams (called for k = 0, 1, ... in order).
+  template <class QAt>
+  __device__ __forceinline__ void elements(const QuantLaunch& p, QAt&& q_at, AbsMax<T>& am) {
     T* out = static_cast<T*>(const_cast<void*>(p.fp[detail::kQOut]));
     bool* mask = static_cast<bool*>(const_cast<void*>(p.fp[detail::kQMask]));
     const bool full = kVec && n == kUnit;
+    const float ylo = 0x1.8p23f + static_cast<float>(p.q_min), yhi = 0x1.8p23f + static_cast<float>(p.q_max);
     T y[kUnit];
     bool mk[kUnit];
-    Pos pos;
-    pos.init(e0, p);
+    uint8_t qb[kQW * 4];
+    if constexpr (kOp == QuantElemOp::dequant_fw) memcpy(qb, qw, sizeof(qw));
+    if constexpr (kOp == QuantElemOp::quant_fw) {
+      if (p.amax_partial) am.add_words(a);  // elements past n are zeros
+    }
 #pragma unroll
     for (int k = 0; k < kUnit; ++k) {
       if (k < n) {
-        const int64_t sidx = pos.scale_index(p);
-        if (sidx != last) {
-          q = load_qparams(p, sidx);
-          last = sidx;
-        }
+        const QParams& q = q_at(k);
         if constexpr (kOp == QuantElemOp::quant_fw) {
-          const float xf = to_f32(a[k]);
-          amax = nanmax(amax, fabsf(xf));
-          if constexpr (kFp8<Q>) {
-            qb[k] = convert<Q>(xf / q.s, true).__x;  // saturating: clamp(x / s, -M, M), NaN stays
-          } else {
-            q_encode<Q>(qb, k,
-                        quant_int_clamped(xf, q.sd, q.inv, static_cast<int>(q.zi), static_cast<int>(p.q_min),
-                                          static_cast<int>(p.q_max)));
-          }
+          const float xf = raw_f32<T>(a, k);
+          if constexpr (kFp8<Q>)
+            qb[k] = convert<Q>(fp8_quot(xf, q), true).__x;  // saturating: clamp(x / s, -M, M), NaN stays
+          else
+            q_encode<Q>(qb, k, quant_int_one(xf, q, p, ylo, yhi));
         } else if constexpr (kOp == QuantElemOp::quant_bw) {
-          const float xf = to_f32(b[k]);
+          const float xf = raw_f32<T>(b, k);
           bool in;
           if constexpr (kFp8<Q>) {
-            in = fabsf(xf / q.s) <= p.fp8_max;
+            in = fabsf(fp8_quot(xf, q)) <= p.fp8_max;
           } else {
-            const int64_t v = quant_int_raw(xf, q.sd, q.inv, q.zi);
-            in = p.q_min <= v && v <= p.q_max;
+            bool bad = false;
+            const float yv = quant_magic(xf, q, bad);
+            if (!bad) {
+              in = ylo <= yv && yv <= yhi;
+            } else {
+              const int64_t v = quant_int_slow(xf, sd_of(p, q), q.zi);
+              in = p.q_min <= v && v <= p.q_max;
+            }
           }
-          y[k] = convert<T>(to_m(a[k]) * static_cast<M>(in ? 1 : 0));
+          y[k] = convert<T>(to_m(raw_get<T>(a, k)) * static_cast<M>(in ? 1 : 0));
         } else if constexpr (kOp == QuantElemOp::dequant_fw) {
           const float v = q_decode<Q>(qb, k);
           if constexpr (kFp8<Q>) {
             if constexpr (cuda::std::is_same_v<T, double>)
-              y[k] = static_cast<double>(v) * q.sd;
+              y[k] = static_cast<double>(v) * sd_of(p, q);
             else
               y[k] = convert<T>(v * q.s);
           } else {
             // torch.dequantize: (float(q) - zp) * scale with a double scale, rounded to float32.
-            const double d = (static_cast<double>(v) - static_cast<double>(q.zi)) * q.sd;
+            const double d = (static_cast<double>(v) - static_cast<double>(q.zi)) * sd_of(p, q);
             if constexpr (cuda::std::is_same_v<T, double>)
               y[k] = d;
             else
               y[k] = convert<T>(static_cast<float>(d));
           }
         } else if constexpr (kOp == QuantElemOp::dequant_bw) {
-          const M s = cuda::std::is_same_v<T, double> ? static_cast<M>(q.sd) : static_cast<M>(q.s);
-          y[k] = convert<T>(to_m(a[k]) * s);
+          const M s = cuda::std::is_same_v<T, double> ? static_cast<M>(sd_of(p, q)) : static_cast<M>(q.s);
+          y[k] = convert<T>(to_m(raw_get<T>(a, k)) * s);
         } else if constexpr (kOp == QuantElemOp::fake_fw) {
           bool in;
-          y[k] = convert<T>(fake_one<T>(p, q, to_m(a[k]), &in));
+          y[k] = convert<T>(fake_one<T>(p, q, to_m(raw_get<T>(a, k)), &in));
           mk[k] = in;
         } else {  // fake_bw: torch's dY * mask
           bool in;
-          (void)fake_one<T>(p, q, to_m(b[k]), &in);
-          y[k] = convert<T>(to_m(a[k]) * static_cast<M>(in ? 1 : 0));
+          (void)fake_one<T>(p, q, to_m(raw_get<T>(b, k)), &in);
+          y[k] = convert<T>(to_m(raw_get<T>(a, k)) * static_cast<M>(in ? 1 : 0));
         }
       }
-      pos.step(p);
     }
     if constexpr (kOp == QuantElemOp::quant_fw) {
       uint8_t* qdst = static_cast<uint8_t*>(p.q_out) + (kPacked<Q> ? e0 / 2 : e0);
@@ -464,15 +875,7 @@ struct ElemUnit {
           if (k * (kPacked<Q> ? 2 : 1) < n) qdst[k] = qb[k];
       }
     }
-    if constexpr (kWritesFp<kOp>) {
-      if (full) {
-        store_bytes<16>(out + e0, y);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kUnit; ++k)
-          if (k < n) out[kVec ? e0 + k : off[kVec ? 0 : k][detail::kQOut]] = y[k];
-      }
-    }
+    if constexpr (kWritesFp<kOp>) store_fp(p, out, y, full);
     if constexpr (kOp == QuantElemOp::fake_fw) {
       if (mask) {
         if (full) {
@@ -485,20 +888,108 @@ struct ElemUnit {
       }
     }
   }
+
+  __device__ __forceinline__ void store_fp(const QuantLaunch& p, T* out, const T (&y)[kUnit], bool full) const {
+    if (full) {
+      store_bytes<16>(out + e0, y);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kUnit; ++k)
+        if (k < n) out[kVec ? e0 + k : off[kVec ? 0 : k][detail::kQOut]] = y[k];
+    }
+  }
+
+  /// The unit at a time, one scale (kFastUnit ops): returns false when the element loop must run
+  /// instead (an integer dequantize whose product needs double).
+  __device__ __forceinline__ bool fast(const QuantLaunch& p, const QParams& q, AbsMax<T>& am) {
+    const bool full = n == kUnit;
+    if constexpr (kOp == QuantElemOp::quant_fw) {
+      if (p.amax_partial) am.add_words(a);  // elements past n are zeros
+      const float ylo = 0x1.8p23f + static_cast<float>(p.q_min), yhi = 0x1.8p23f + static_cast<float>(p.q_max);
+      uint32_t w[kQW];
+      quant_unit<T, Q, kUnit>(a, q, ylo, yhi, p, w);
+      uint8_t* qdst = static_cast<uint8_t*>(p.q_out) + (kPacked<Q> ? e0 / 2 : e0);
+      if (full) {
+        store_bytes<kQB>(qdst, w);
+      } else {
+        uint8_t qb[kQW * 4];
+        memcpy(qb, w, sizeof(w));
+#pragma unroll
+        for (int k = 0; k < kQB; ++k)
+          if (k * (kPacked<Q> ? 2 : 1) < n) qdst[k] = qb[k];
+      }
+      return true;
+    } else {
+      if (!kFp8<Q> && !q.dq_f32) return false;
+      float f[kUnit];
+      dequant_unit<Q, kUnit>(qw, q, f);
+      T y[kUnit];
+      floats_to<T, kUnit>(f, y);
+      store_fp(p, static_cast<T*>(const_cast<void*>(p.fp[detail::kQOut])), y, full);
+      return true;
+    }
+  }
+
+  /// Everything after load(): the unit's scale (once per unit when they share one, else per
+  /// element from its position), then fast() or the element loop. `last`/`q` carry the scale
+  /// across units.
+  __device__ __forceinline__ void finish(const QuantLaunch& p, int64_t& last, QParams& q, AbsMax<T>& am) {
+    constexpr bool kFloatZp = kOp == QuantElemOp::fake_fw || kOp == QuantElemOp::fake_bw;
+    if constexpr (kUnitScales) {
+      if (kMode == ElemMode::vec_uniform || p.unit_uniform) {
+        if (!p.scale_const && sidx != last) {  // not per-tensor: device scales
+          q = make_qparams<kFloatZp, true>(p, raw);
+          last = sidx;
+        }
+        if constexpr (kFastUnit) {
+          if (fast(p, q, am)) return;
+        }
+        elements(
+            p, [&](int) -> const QParams& { return q; }, am);
+        return;
+      }
+    }
+    if constexpr (kMode != ElemMode::vec_uniform) {
+      Pos pos;
+      pos.init(e0, p);
+      elements(
+          p,
+          [&](int k) -> const QParams& {
+            if (k > 0) pos.step(p);
+            const int64_t s = pos.scale_index(p);
+            if (s != last) {
+              q = load_qparams<kFloatZp>(p, s);
+              last = s;
+            }
+            return q;
+          },
+          am);
+    }
+  }
 };
 
 /// Units a thread of the vectorized variant has in flight (two 16-byte loads per input).
 inline constexpr int kQuantUnroll = 2;
 
-template <class T, class Q, QuantElemOp kOp, bool kVec>
-__global__ void __launch_bounds__(detail::kQuantBlock) elem_kernel(const QuantLaunch p) {
-  using U = ElemUnit<T, Q, kOp, kVec>;
-  constexpr int kR = kVec ? kQuantUnroll : 1;
+/// Quantize / dequantize forward on the 16-byte path hold 4 CTAs an SM (see kQuantMinBlocks);
+/// the other ops and the strided variant keep their registers.
+template <class T, QuantElemOp kOp, ElemMode kMode>
+inline constexpr int kElemMinBlocks = kMode != ElemMode::strided&& kFastUnitOp<T, kOp> ? detail::kQuantMinBlocks : 1;
+
+template <class T, class Q, QuantElemOp kOp, ElemMode kMode>
+__global__ void __launch_bounds__(detail::kQuantBlock, (kElemMinBlocks<T, kOp, kMode>))
+    elem_kernel(const QuantLaunch p) {
+  using U = ElemUnit<T, Q, kOp, kMode>;
+  constexpr int kR = U::kVec ? kQuantUnroll : 1;
   const int64_t units = (p.numel + U::kUnit - 1) / U::kUnit;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  float amax = 0.f;
+  AbsMax<T> am;
   int64_t last = -1;
   QParams q;
+  if (p.scale_const) {  // per-tensor: one scale for every element
+    q = load_qparams < kOp == QuantElemOp::fake_fw || kOp == QuantElemOp::fake_bw > (p, 0);
+    last = 0;
+  }
   for (int64_t u0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u0 < units; u0 += kR * stride) {
     U unit[kR];
 #pragma unroll
@@ -506,44 +997,47 @@ __global__ void __launch_bounds__(detail::kQuantBlock) elem_kernel(const QuantLa
       if (u0 + r * stride < units) unit[r].load(p, u0 + r * stride);
 #pragma unroll
     for (int r = 0; r < kR; ++r)
-      if (u0 + r * stride < units) unit[r].finish(p, last, q, amax);
+      if (u0 + r * stride < units) unit[r].finish(p, last, q, am);
   }
   if constexpr (kOp == QuantElemOp::quant_fw) {
     if (p.amax_partial) {
-      amax = block_nanmax(amax);
+      const float amax = block_nanmax(am.value());
       if (threadIdx.x == 0) p.amax_partial[blockIdx.x] = amax;
     }
   }
 }
 
 // ---- per-tensor amax --------------------------------------------------------------------------------
+/// 16-byte units a thread of the amax kernel loads before it reduces any (bytes in flight per SM).
+inline constexpr int kAmaxUnroll = 4;
+
 template <class T, bool kVec>
 __global__ void __launch_bounds__(detail::kQuantBlock) amax_kernel(const QuantLaunch p) {
   constexpr int kUnit = kVec ? static_cast<int>(16 / sizeof(T)) : 1;
   const T* x = static_cast<const T*>(p.fp[detail::kQIn0]);
-  const int64_t units = (p.numel + kUnit - 1) / kUnit;
-  float amax = 0.f;
-  for (int64_t u = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u < units;
-       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t e0 = u * kUnit;
-    if (kVec && e0 + kUnit <= p.numel) {
-      T a[kUnit];
-      load_bytes<16>(x + e0, a);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  AbsMax<T> am;
+  if constexpr (kVec) {
+    const int64_t units = p.numel / kUnit;  // whole units; the tail element by element below
+    for (int64_t u0 = tid; u0 < units; u0 += kAmaxUnroll * stride) {
+      uint32_t a[kAmaxUnroll][4];
 #pragma unroll
-      for (int k = 0; k < kUnit; ++k) amax = nanmax(amax, fabsf(to_f32(a[k])));
-    } else {
-      for (int k = 0; k < kUnit && e0 + k < p.numel; ++k) {
-        int64_t off[detail::kQuantSlots];
-        int64_t o = e0 + k;
-        if (!kVec) {
-          fp_offsets(p, e0 + k, off);
-          o = off[detail::kQIn0];
-        }
-        amax = nanmax(amax, fabsf(to_f32(x[o])));
-      }
+      for (int r = 0; r < kAmaxUnroll; ++r)
+        if (u0 + r * stride < units) load_bytes<16>(x + (u0 + r * stride) * kUnit, a[r]);
+#pragma unroll
+      for (int r = 0; r < kAmaxUnroll; ++r)
+        if (u0 + r * stride < units) am.add_words(a[r]);
+    }
+    for (int64_t e = units * kUnit + tid; e < p.numel; e += stride) am.add_one(x[e]);
+  } else {
+    for (int64_t e = tid; e < p.numel; e += stride) {
+      int64_t off[detail::kQuantSlots];
+      fp_offsets(p, e, off);
+      am.add_one(x[off[detail::kQIn0]]);
     }
   }
-  amax = block_nanmax(amax);
+  const float amax = block_nanmax(am.value());
   if (threadIdx.x == 0) p.amax_partial[blockIdx.x] = amax;
 }
 
@@ -585,78 +1079,88 @@ __device__ __forceinline__ float group_nanmax(float v, int tpr, float* red) {
   return v;
 }
 
-/// One row's quantized element from float xf and the row's scale.
+/// One row element's code (scalar rows): the per-element forms of quant_unit.
 template <class Q>
-__device__ __forceinline__ uint8_t row_quant(float xf, float scale, double sd, float inv, const QuantLaunch& p) {
+__device__ __forceinline__ uint8_t row_quant(float xf, const QParams& q, float ylo, float yhi, const QuantLaunch& p) {
   if constexpr (kFp8<Q>)
-    return convert<Q>(xf / scale, true).__x;
+    return convert<Q>(fp8_quot(xf, q), true).__x;
   else
-    return static_cast<uint8_t>(
-        quant_int_clamped(xf, sd, inv, 0, static_cast<int>(p.q_min), static_cast<int>(p.q_max)));
+    return static_cast<uint8_t>(quant_int_one(xf, q, p, ylo, yhi));
 }
 
-template <class T, class Q, int kW, int kItems, bool kCached>
+/// kW elements a vector (16 bytes, or 1 element on the strided path), kVecs vectors a thread. The
+/// row is held as raw 16-byte words (16-bit types stay two a register) and decoded at use.
+template <class T, class Q, int kW, int kVecs, bool kCached>
 __global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantLaunch p) {
-  constexpr int kVecs = kItems / kW;
+  using V = cuda::std::conditional_t<(kW > 1), uint4, T>;
   __shared__ float red[detail::kQuantMaxTpr / 32];
   const int tpr = p.tpr;
   const int lane = threadIdx.x % tpr, g = threadIdx.x / tpr, groups = blockDim.x / tpr;
-  const int64_t chunk = static_cast<int64_t>(tpr) * kItems;
+  const int64_t chunk = static_cast<int64_t>(tpr) * kW * kVecs;
   const T* xbase = static_cast<const T*>(p.fp[detail::kQIn0]);
+  const float ylo = 0x1.8p23f + static_cast<float>(p.q_min), yhi = 0x1.8p23f + static_cast<float>(p.q_max);
   for (int64_t rb = blockIdx.x; rb * groups < p.rows; rb += gridDim.x) {
     const int64_t row = rb * groups + g;
     const bool valid = row < p.rows;
     const T* x = xbase + (valid ? row * p.x_row_stride : 0);
     uint8_t* q = static_cast<uint8_t*>(p.q_out) + (valid ? row * p.n : 0);
-    T v[kItems];  // the row as loaded (16-bit types stay packed two per register)
+    V v[kVecs];
+    auto col_of = [&](int64_t base, int c) {
+      return base + (static_cast<int64_t>(lane) + static_cast<int64_t>(c) * tpr) * kW;
+    };
     auto load_chunk = [&](int64_t base) {
 #pragma unroll
       for (int c = 0; c < kVecs; ++c) {
-        const int64_t col = base + (static_cast<int64_t>(lane) + static_cast<int64_t>(c) * tpr) * kW;
+        const int64_t col = col_of(base, c);
         if (valid && col < p.n) {
-          if constexpr (kW > 1) {
-            load_bytes<16>(x + col, v + c * kW);
-          } else {
+          if constexpr (kW > 1)
+            v[c] = *reinterpret_cast<const uint4*>(x + col);
+          else
             v[c] = x[col * p.x_col_stride];
-          }
         } else {
-#pragma unroll
-          for (int k = 0; k < kW; ++k) v[c * kW + k] = convert<T>(0.f);
+          v[c] = V{};  // +0 does not raise max |x|
         }
       }
     };
-    auto chunk_amax = [&](float m) {
+    AbsMax<T> am;
+    auto chunk_amax = [&] {
 #pragma unroll
-      for (int k = 0; k < kItems; ++k) m = nanmax(m, fabsf(to_f32(v[k])));
-      return m;
+      for (int c = 0; c < kVecs; ++c) {
+        if constexpr (kW > 1) {
+          const uint32_t w[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
+          am.add_words(w);
+        } else {
+          am.add_one(v[c]);
+        }
+      }
     };
-    float amax = 0.f;
     if constexpr (kCached) {
       load_chunk(0);
-      amax = chunk_amax(amax);
+      chunk_amax();
     } else {
       for (int64_t base = 0; base < p.n; base += chunk) {
         load_chunk(base);
-        amax = chunk_amax(amax);
+        chunk_amax();
       }
     }
-    amax = group_nanmax(amax, tpr, red);
-    const float scale = scale_of(amax, p.q_scale_max, 1.f);
-    const float inv = 1.0f / scale;
-    const double sd = static_cast<double>(scale);
-    if (valid && lane == 0) p.scale_out[row] = scale;
+    const float amax = group_nanmax(am.value(), tpr, red);
+    QParams qp;
+    qp.s = scale_of(amax, p.q_scale_max, 1.f);
+    finish_qparams(p, qp);
+    if (valid && lane == 0) p.scale_out[row] = qp.s;
     auto store_chunk = [&](int64_t base) {
 #pragma unroll
       for (int c = 0; c < kVecs; ++c) {
-        const int64_t col = base + (static_cast<int64_t>(lane) + static_cast<int64_t>(c) * tpr) * kW;
+        const int64_t col = col_of(base, c);
         if (valid && col < p.n) {
-          uint8_t qb[kW];
-#pragma unroll
-          for (int k = 0; k < kW; ++k) qb[k] = row_quant<Q>(to_f32(v[c * kW + k]), scale, sd, inv, p);
-          if constexpr (kW > 1)
-            store_bytes<kW>(q + col, qb);
-          else
-            q[col] = qb[0];
+          if constexpr (kW > 1) {
+            const uint32_t a[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
+            uint32_t w[kCodeWords<Q, kW>];
+            quant_unit<T, Q, kW>(a, qp, ylo, yhi, p, w);
+            store_bytes<kW>(q + col, w);
+          } else {
+            q[col] = row_quant<Q>(to_f32(v[c]), qp, ylo, yhi, p);
+          }
         }
       }
     };
@@ -768,10 +1272,17 @@ __global__ void __launch_bounds__(detail::kQuantBlock) learn_sum_kernel(const Qu
 template <class T, class Q, QuantElemOp kOp>
 cudaError_t launch_elem(const QuantLaunch& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.grid)), block(detail::kQuantBlock);
-  if (p.vec)
-    elem_kernel<T, Q, kOp, true><<<grid, block, 0, stream>>>(p);
-  else
-    elem_kernel<T, Q, kOp, false><<<grid, block, 0, stream>>>(p);
+  if (!p.vec) {
+    elem_kernel<T, Q, kOp, ElemMode::strided><<<grid, block, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
+  if constexpr (kFastUnitOp<T, kOp>) {
+    if (p.unit_uniform) {
+      elem_kernel<T, Q, kOp, ElemMode::vec_uniform><<<grid, block, 0, stream>>>(p);
+      return cudaGetLastError();
+    }
+  }
+  elem_kernel<T, Q, kOp, ElemMode::vec><<<grid, block, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -828,11 +1339,11 @@ cudaError_t launch_rows_w(const QuantLaunch& p, cudaStream_t stream) {
   if (blocks > (int64_t{1} << 20)) blocks = int64_t{1} << 20;  // rows past the grid: the loop tiles them
   const dim3 grid(static_cast<unsigned>(blocks)), block(static_cast<unsigned>(p.block));
   if (p.items == kW)
-    rows_kernel<T, Q, kW, kW, true><<<grid, block, 0, stream>>>(p);
+    rows_kernel<T, Q, kW, 1, true><<<grid, block, 0, stream>>>(p);
   else if (p.cached)
-    rows_kernel<T, Q, kW, kW * detail::kQuantBigVectors, true><<<grid, block, 0, stream>>>(p);
+    rows_kernel<T, Q, kW, detail::kQuantBigVectors, true><<<grid, block, 0, stream>>>(p);
   else
-    rows_kernel<T, Q, kW, kW * detail::kQuantBigVectors, false><<<grid, block, 0, stream>>>(p);
+    rows_kernel<T, Q, kW, detail::kQuantBigVectors, false><<<grid, block, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -43,15 +43,49 @@ enum QuantFinalize : uint32_t {
   kFinShiftHistory = 8,  ///< history[i] <- history[i-1], history[0] = amax
 };
 
+/// Division by a launch constant without a divide instruction (Granlund & Montgomery's round-up
+/// multiplier): for n < 2^32, n / d = (umulhi32(n, m32) + n) >> s (the sum taken in 64 bits); for
+/// any 64-bit n, t = umulhi64(n, m64) and n / d = (t + ((n - t) >> s1)) >> s2. The elementwise
+/// kernels split element indices into (outer, axis, inner) and per-dim coordinates with these: a
+/// 64-bit `/` or `%` by a runtime value is a ~70-instruction subroutine, and it ran per element.
+struct QuantDivisor {
+  uint64_t d = 1;
+  uint64_t m64 = 1;
+  uint32_t m32 = 1;
+  uint32_t s = 0, s1 = 0, s2 = 0;
+};
+
+/// The multipliers of d (d >= 1; 0 is taken as 1). s = ceil(log2 d); m32 = floor(2^32 (2^s - d) / d) + 1
+/// (< 2^32 for d < 2^32), m64 = floor(2^64 (2^s - d) / d) + 1.
+inline QuantDivisor make_divisor(uint64_t d) {
+  QuantDivisor r;
+  r.d = d == 0 ? 1 : d;
+  uint32_t s = 0;
+  while (s < 64 && (uint64_t{1} << s) < r.d) ++s;
+  r.s = s;
+  r.s1 = s < 1 ? s : 1;
+  r.s2 = s > 1 ? s - 1 : 0;
+  using u128 = unsigned __int128;
+  const u128 pow_s = u128{1} << s;
+  r.m64 = static_cast<uint64_t>(((u128{1} << 64) * (pow_s - r.d)) / r.d + 1);
+  if (s <= 32) r.m32 = static_cast<uint32_t>(((u128{1} << 32) * (pow_s - r.d)) / r.d + 1);
+  return r;
+}
+
 /// Elementwise grid: units of 16 bytes of the floating side (2 elements on the strided path), 256
 /// threads, at most kQuantMaxGrid CTAs with a grid-stride loop (a function of the problem only).
 inline constexpr int kQuantBlock = 256;
+/// CTAs of the elementwise kernel an SM must hold (64 registers a thread): 32 warps, 32 KiB of
+/// 16-byte loads in flight per SM with two units a thread.
+inline constexpr int kQuantMinBlocks = 4;
 inline constexpr int64_t kQuantMaxGrid = 4096;
 /// Amax partials when the amax kernel reduces x on its own.
 inline constexpr int64_t kQuantAmaxGrid = 1024;
-/// dynamic per-token: most threads per row (one CTA), elements a thread holds (16-bit: 4 vectors).
+/// dynamic per-token: most threads per row (one CTA), and the 16-byte vectors a thread holds when
+/// a row is longer than a warp's single vectors: 16 (256 bytes, 64 registers), so a 4096-element
+/// 16-bit row is one warp's (no shared-memory step) and each warp has 8 KiB of loads in flight.
 inline constexpr int kQuantMaxTpr = 512;
-inline constexpr int kQuantBigVectors = 4;
+inline constexpr int kQuantBigVectors = 16;
 
 struct QuantLaunch {
   QuantStep step = QuantStep::elementwise;
@@ -66,7 +100,16 @@ struct QuantLaunch {
   int ndim = 0;
   int64_t size[kMaxRank] = {};
   int64_t stride[kQuantSlots][kMaxRank] = {};
-  bool vec = false;  ///< 16-byte path: every operand dense in logical order and aligned
+  bool vec = false;                             ///< 16-byte path: every operand dense in logical order and aligned
+  bool wide = false;                            ///< an element index can reach 2^32: the 64-bit form of the divisions
+  QuantDivisor div_inner, div_axis, div_group;  ///< of inner, axis_len, group (element -> (o, a, i))
+  QuantDivisor div_size[kMaxRank];              ///< of size[d] (strided offsets)
+  /// Vectorized path, scale index of a whole 16-byte unit: every unit's elements share one scale
+  /// (the scale changes every `run` elements and run is a multiple of the unit), found once per
+  /// unit as e0 / run, then % axis_len when run_mod (per-channel: runs of `inner` cycle over the
+  /// axis). scale_const: a single scale (per-tensor).
+  bool unit_uniform = false, run_mod = false, scale_const = false;
+  QuantDivisor div_run;
   // Quantized side (dense; packed int4: byte e/2, nibble e%2).
   const void* q_in = nullptr;
   void* q_out = nullptr;
@@ -106,6 +149,23 @@ struct QuantLaunch {
 };
 
 using QuantLaunchFn = cudaError_t (*)(const QuantLaunch& p, cudaStream_t stream);
+
+/// What W4A16LinearPlan's decode path (m <= 16) hands to its kernel (w4a16_decode.cu).
+struct W4A16Launch {
+  DType dtype = DType::bf16;            ///< x, y, bias: bf16 or f16
+  const void* x = nullptr;              ///< [m, k], rows 16-byte aligned
+  int64_t x_row = 0;                    ///< elements between rows of x
+  const uint8_t* w = nullptr;           ///< [n, k / 2], two codes a byte, the even k low
+  const float* scale = nullptr;         ///< [n, k / group]
+  const int32_t* zero_point = nullptr;  ///< [n, k / group], or null (zero point 0)
+  const void* bias = nullptr;           ///< [n], or null
+  void* y = nullptr;                    ///< [m, n] dense
+  int64_t m = 0, n = 0, k = 0, group = 128;
+  bool signed_w = false;  ///< s4 codes (two's complement nibbles)
+};
+
+/// Launches the decode kernel on `stream` (a CTA per 16 columns; m > 8 takes the rows-8..15 variant).
+cudaError_t w4a16_decode_launch(const W4A16Launch& p, cudaStream_t stream);
 
 /// The launcher of one floating-point dtype; explicitly instantiated in quant_<dtype>.cu.
 template <DType D>
