@@ -60,8 +60,8 @@ Result<void> check_operands(const std::string& label, std::span<const Operand> o
           !views_may_overlap(ops[i].data, *ops[i].layout, ops[j].data, *ops[j].layout, eb))
         continue;
       if (!ops[j].is_output && ops[i].aligned && ops[j].aligned && same_view(ops[i], ops[j])) continue;  // in place
-      return invalid(label + ": " + ops[i].role + " partially overlaps " + ops[j].role +
-                     (ops[i].aligned && ops[j].aligned ? " (only exact in-place is allowed)"
+      return invalid(label + ": " + ops[i].role + " overlaps " + ops[j].role +
+                     (ops[i].aligned && ops[j].aligned ? " (a partial overlap: only exact in-place is allowed)"
                                                        : " (outputs need their own memory)"));
     }
   }

@@ -9,6 +9,7 @@
 
 #include "baracuda/ops/norm.hpp"
 #include "core/impl_list.hpp"
+#include "core/operands.hpp"
 #include "core/plan_common.hpp"
 #include "ops/norm/channel_launch.hpp"
 #include "ops/norm/norm_launch.hpp"
@@ -401,42 +402,7 @@ struct Operand {
   bool main;  ///< has the input's shape (elementwise-aligned with x)
 };
 
-bool given(const TensorRef& t) { return t.data != nullptr || t.layout.rank != 0; }
-bool given(const TensorMut& t) { return t.data != nullptr || t.layout.rank != 0; }
-
-/// Byte range [lo, hi) the tensor can touch; fails on negative strides or int64 overflow.
-Result<void> byte_range(const std::string& label, const Operand& o, uintptr_t* lo, uintptr_t* hi) {
-  const Layout& l = *o.layout;
-  int64_t span = 0;
-  for (int d = 0; d < l.rank; ++d) {
-    if (l.stride[d] < 0)
-      return invalid(label + ": " + o.role + " stride[" + std::to_string(d) + "] expected >= 0, got " +
-                     std::to_string(l.stride[d]) + " (negative strides are not supported)");
-    if (l.shape[d] == 0) {
-      *lo = *hi = 0;
-      return {};
-    }
-    int64_t t;
-    if (__builtin_mul_overflow(l.shape[d] - 1, l.stride[d], &t) || __builtin_add_overflow(span, t, &span))
-      return invalid(label + ": " + o.role + " footprint overflows 64 bits (shape " + l.shape_str() + ", strides " +
-                     l.stride_str() + ")");
-  }
-  int64_t bytes;
-  if (__builtin_mul_overflow(span + 1, static_cast<int64_t>(size_in_bytes(o.dtype)), &bytes))
-    return invalid(label + ": " + o.role + " footprint overflows 64 bits");
-  *lo = reinterpret_cast<uintptr_t>(o.data);
-  *hi = *lo + static_cast<uintptr_t>(bytes);
-  return {};
-}
-
-bool same_view(const Operand& a, const Operand& b) {
-  if (a.data != b.data || a.dtype != b.dtype || a.layout->rank != b.layout->rank) return false;
-  for (int d = 0; d < a.layout->rank; ++d) {
-    if (a.layout->shape[d] != b.layout->shape[d]) return false;
-    if (a.layout->shape[d] != 1 && a.layout->stride[d] != b.layout->stride[d]) return false;
-  }
-  return true;
-}
+using detail::given;
 
 /// The stride of the reduced dims [lo, hi) merged into one, or -1 when they do not merge.
 int64_t merged_stride(const Layout& l, int lo, int hi) {
@@ -729,8 +695,7 @@ Result<void> channel_can_implement(const NormPlan& plan, const NormArgs& a) {
 
   const Shape pshape = Shape::of({d.shape.dims[1]});
   const int64_t numel = d.shape.numel();
-  std::vector<std::pair<uintptr_t, uintptr_t>> range(want.size(), {0, 0});
-  std::vector<bool> used(want.size(), false);
+  std::vector<detail::Operand> ops;  // the tensors given, for the memory checks
   for (size_t k = 0; k < want.size(); ++k) {
     const Want& w = want[k];
     const Operand& o = w.op;
@@ -739,7 +704,6 @@ Result<void> channel_can_implement(const NormPlan& plan, const NormArgs& a) {
         return invalid(label + ": " + o.role + " is required but was not given");
       continue;
     }
-    used[k] = true;
     if (o.dtype != w.dtype)
       return invalid(label + ": " + o.role + " dtype expected " + dname(w.dtype) + ", got " + dname(o.dtype));
     const Layout& l = *o.layout;
@@ -755,30 +719,14 @@ Result<void> channel_can_implement(const NormPlan& plan, const NormArgs& a) {
     if (w.kind != Kind::Main && !l.is_contiguous())
       return invalid(label + ": " + o.role + " expected a contiguous tensor, got strides " + l.stride_str() +
                      " for shape " + l.shape_str());
-    BARACUDA_TRY(byte_range(label, o, &range[k].first, &range[k].second));
-    if (l.numel() > 0 && o.data == nullptr)
-      return invalid(label + ": " + o.role + " is null but has " + std::to_string(l.numel()) + " elements");
-    if (o.is_output && l.numel() > 1 && (l.has_zero_stride() || l.has_internal_overlap()))
-      return invalid(label + ": " + o.role + " overlaps itself (shape " + l.shape_str() + ", strides " +
-                     l.stride_str() + "); outputs need distinct elements");
+    ops.push_back({o.role, o.data, o.dtype, o.layout, o.is_output, o.main && !lrn});
   }
   // Outputs (running stats included) may not alias anything, except an exact in-place output
   // over an input of the input's shape: each element is read before it is written by the same
   // thread (or, for rows on chip, staged first). Not local_response_norm: its window reads the
   // neighbouring channels.
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!used[i] || !want[i].op.is_output || range[i].first == range[i].second) continue;
-    for (size_t j = 0; j < want.size(); ++j) {
-      if (i == j || !used[j] || range[j].first == range[j].second) continue;
-      if (!(range[i].first < range[j].second && range[j].first < range[i].second)) continue;
-      const bool inplace =
-          !lrn && want[i].op.main && want[j].op.main && !want[j].op.is_output && same_view(want[i].op, want[j].op);
-      if (!inplace)
-        return invalid(label + ": " + want[i].op.role + " overlaps " + want[j].op.role +
-                       (lrn ? " (local_response_norm reads neighbouring channels: no in-place)"
-                            : " (only exact in-place on an input of the same shape is allowed)"));
-    }
-  }
+  if (auto r = detail::check_operands(label, ops); !r)
+    return lrn ? invalid(r.message() + "; local_response_norm reads neighbouring channels: no in-place") : r;
   return {};
 }
 
@@ -960,8 +908,7 @@ Result<void> NormPlan::can_implement(const NormArgs& a) const {
   for (int i = lo; i < hi; ++i) pshape.dims[i - lo] = desc_.shape.dims[i];
   const int64_t numel = desc_.shape.numel();
 
-  std::vector<std::pair<uintptr_t, uintptr_t>> range(want.size(), {0, 0});
-  std::vector<bool> used(want.size(), false);
+  std::vector<detail::Operand> ops;  // the tensors given, for the memory checks
   for (size_t k = 0; k < want.size(); ++k) {
     const Want& w = want[k];
     const Operand& o = w.op;
@@ -970,7 +917,6 @@ Result<void> NormPlan::can_implement(const NormArgs& a) const {
       if (w.required && numel > 0) return invalid(label + ": " + o.role + " is required but was not given");
       continue;
     }
-    used[k] = true;
     if (o.dtype != w.dtype)
       return invalid(label + ": " + o.role + " dtype expected " + dname(w.dtype) + ", got " + dname(o.dtype));
     const Layout& l = *o.layout;
@@ -987,31 +933,16 @@ Result<void> NormPlan::can_implement(const NormArgs& a) const {
     if ((w.kind == Kind::Param || w.kind == Kind::Stat) && !l.is_contiguous())
       return invalid(label + ": " + o.role + " expected a contiguous tensor, got strides " + l.stride_str() +
                      " for shape " + l.shape_str());
-    BARACUDA_TRY(byte_range(label, o, &range[k].first, &range[k].second));
-    if (l.numel() > 0 && o.data == nullptr)
-      return invalid(label + ": " + o.role + " is null but has " + std::to_string(l.numel()) + " elements");
-    if (o.is_output && l.numel() > 1 && (l.has_zero_stride() || l.has_internal_overlap()))
-      return invalid(label + ": " + o.role + " overlaps itself (shape " + l.shape_str() + ", strides " +
-                     l.stride_str() + "); outputs need distinct elements");
+    ops.push_back({o.role, o.data, o.dtype, o.layout, o.is_output, o.main});
+    if (auto r = detail::byte_range(label, ops.back()); !r) return r.error();  // negative strides first
     if (w.kind == Kind::Main && numel > 1 && merged_stride(l, lo, hi) < 0)
       return unsupported(label + ": " + o.role + " strides " + l.stride_str() +
                          " do not merge the normalized dims of " + l.shape_str() +
                          " into one strided dim (pass a contiguous tensor)");
   }
-  // Outputs may not partially alias anything: exact in-place on an input of the input's shape
-  // is safe (every element is read before it is written, by the thread that writes it).
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!used[i] || !want[i].op.is_output || range[i].first == range[i].second) continue;
-    for (size_t j = 0; j < want.size(); ++j) {
-      if (i == j || !used[j] || range[j].first == range[j].second) continue;
-      if (!(range[i].first < range[j].second && range[j].first < range[i].second)) continue;
-      const bool inplace =
-          want[i].op.main && want[j].op.main && !want[j].op.is_output && same_view(want[i].op, want[j].op);
-      if (!inplace)
-        return invalid(label + ": " + want[i].op.role + " overlaps " + want[j].op.role +
-                       " (only exact in-place on an input of the same shape is allowed)");
-    }
-  }
+  // Outputs may not alias anything except exactly an input of the input's shape (in place: every
+  // element is read before it is written, by the thread that writes it).
+  BARACUDA_TRY(detail::check_operands(label, ops));
   return {};
 }
 

@@ -9,6 +9,7 @@
 
 #include "baracuda/ops/quant.hpp"
 #include "core/impl_list.hpp"
+#include "core/operands.hpp"
 #include "core/plan_common.hpp"
 #include "ops/quant/quant_launch.hpp"
 
@@ -460,8 +461,7 @@ Result<QuantPlan> QuantPlan::select(const Target& target, const QuantDesc& desc,
 
 // ---- argument checks -------------------------------------------------------------------------------
 namespace {
-bool given(const TensorRef& t) { return t.data != nullptr || t.layout.rank != 0; }
-bool given(const TensorMut& t) { return t.data != nullptr || t.layout.rank != 0; }
+using detail::given;
 
 struct Operand {
   const char* role;
@@ -472,39 +472,6 @@ struct Operand {
   bool fp;  ///< floating side (x-shaped, any strides)
 };
 
-/// Byte range [lo, hi) the tensor can touch; fails on negative strides or int64 overflow.
-Result<void> byte_range(const std::string& label, const Operand& o, uintptr_t* lo, uintptr_t* hi) {
-  const Layout& l = *o.layout;
-  int64_t span = 0;
-  for (int d = 0; d < l.rank; ++d) {
-    if (l.stride[d] < 0)
-      return invalid(label + ": " + o.role + " stride[" + str(d) + "] expected >= 0, got " + str(l.stride[d]) +
-                     " (negative strides are not supported)");
-    if (l.shape[d] == 0) {
-      *lo = *hi = 0;
-      return {};
-    }
-    int64_t t;
-    if (__builtin_mul_overflow(l.shape[d] - 1, l.stride[d], &t) || __builtin_add_overflow(span, t, &span))
-      return invalid(label + ": " + o.role + " footprint overflows 64 bits (shape " + l.shape_str() + ", strides " +
-                     l.stride_str() + ")");
-  }
-  int64_t bytes;
-  if (__builtin_mul_overflow(span + 1, static_cast<int64_t>(size_in_bytes(o.dtype)), &bytes))
-    return invalid(label + ": " + o.role + " footprint overflows 64 bits");
-  *lo = reinterpret_cast<uintptr_t>(o.data);
-  *hi = *lo + static_cast<uintptr_t>(bytes);
-  return {};
-}
-
-bool same_view(const Operand& a, const Operand& b) {
-  if (a.data != b.data || a.dtype != b.dtype || a.layout->rank != b.layout->rank) return false;
-  for (int d = 0; d < a.layout->rank; ++d) {
-    if (a.layout->shape[d] != b.layout->shape[d]) return false;
-    if (a.layout->shape[d] != 1 && a.layout->stride[d] != b.layout->stride[d]) return false;
-  }
-  return true;
-}
 
 /// Roles of one call: what it reads and writes (see the table in quant.hpp).
 struct Roles {
@@ -611,8 +578,7 @@ Result<void> QuantPlan::can_implement(const QuantArgs& a) const {
   }
 
   const Shape qshape = q_shape_of(desc_);
-  std::vector<std::pair<uintptr_t, uintptr_t>> range(want.size(), {0, 0});
-  std::vector<bool> used(want.size(), false);
+  std::vector<detail::Operand> ops;  // the tensors given, for the memory checks
   for (size_t k = 0; k < want.size(); ++k) {
     const Want& w = want[k];
     const Operand& o = w.op;
@@ -624,7 +590,6 @@ Result<void> QuantPlan::can_implement(const QuantArgs& a) const {
       if (needed) return invalid(label + ": " + o.role + " is required but was not given");
       continue;
     }
-    used[k] = true;
     if (o.dtype != w.dtype)
       return invalid(label + ": " + o.role + " dtype expected " + dname(w.dtype) + ", got " + dname(o.dtype));
     const Layout& l = *o.layout;
@@ -654,29 +619,13 @@ Result<void> QuantPlan::can_implement(const QuantArgs& a) const {
                          " for shape " + l.shape_str());
         break;
     }
-    BARACUDA_TRY(byte_range(label, o, &range[k].first, &range[k].second));
-    if (l.numel() > 0 && o.data == nullptr)
-      return invalid(label + ": " + o.role + " is null but has " + str(l.numel()) + " elements");
-    if (o.output && l.numel() > 1 && (l.has_zero_stride() || l.has_internal_overlap()))
-      return invalid(label + ": " + o.role + " overlaps itself (shape " + l.shape_str() + ", strides " +
-                     l.stride_str() + "); outputs need distinct elements");
+    // Only an affine op's floating-point output may be exactly its floating-point input (in place:
+    // each element is read before the same thread writes it); the LSQ backward sums over x.
+    ops.push_back({o.role, o.data, o.dtype, o.layout, o.output,
+                   o.fp && info(desc_.op).engine == QuantEngine::affine &&
+                       !(desc_.op == QuantOp::fake_quantize_learnable && desc_.direction == Direction::Backward)});
   }
-  // Outputs may not overlap anything, except an exact in-place floating-point output on a
-  // floating-point input of the same view (each element is read before the same thread writes it).
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!used[i] || !want[i].op.output || range[i].first == range[i].second) continue;
-    for (size_t j = 0; j < want.size(); ++j) {
-      if (i == j || !used[j] || range[j].first == range[j].second) continue;
-      if (!(range[i].first < range[j].second && range[j].first < range[i].second)) continue;
-      const bool inplace = want[i].op.fp && want[j].op.fp && !want[j].op.output &&
-                           info(desc_.op).engine == QuantEngine::affine &&
-                           !(desc_.op == QuantOp::fake_quantize_learnable && desc_.direction == Direction::Backward) &&
-                           same_view(want[i].op, want[j].op);
-      if (!inplace)
-        return invalid(label + ": " + want[i].op.role + " overlaps " + want[j].op.role +
-                       " (only an exact in-place floating-point output is allowed)");
-    }
-  }
+  BARACUDA_TRY(detail::check_operands(label, ops));
   // dynamic per-token reads x as [rows, D]: the leading dims must merge into one row stride.
   if (desc_.op == QuantOp::dynamic_quantize && desc_.granularity == QuantGranularity::per_token && numel > 0) {
     const Layout& l = a.x.layout;
