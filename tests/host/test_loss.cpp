@@ -270,26 +270,11 @@ TEST(LossSelect, PointwiseParameters) {
 
 TEST(LossSelect, Preferences) {
   const auto d = ce(DType::bf16);
-  PlanPreference p;
-  p.backend = Backend::CuDnn;
-  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d, p), Status::Unsupported, "cross_entropy", "backend=");
-  p = {};
-  p.tf32 = Tristate::Require;
-  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d, p), Status::Unsupported, "tf32=Require");
-  p = {};
-  p.reduced_precision_reduction = Tristate::Require;
-  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d, p), Status::Unsupported, "reduced_precision_reduction");
-  p = {};
-  p.require_deterministic = p.require_bit_stable = true;
-  p.backend = Backend::Native;
-  auto ok = LossPlan::select(kTarget, d, p);
+  auto ok = baracuda::test::expect_native_preferences<LossPlan>(kTarget, d, "cross_entropy");
   ASSERT_TRUE(ok.ok()) << ok.message();
-  EXPECT_TRUE(ok->precision().deterministic);
-  EXPECT_TRUE(ok->precision().bit_stable);
   EXPECT_EQ(ok->precision().accumulator, DType::f32);
   EXPECT_EQ(LossPlan::select(kTarget, ce(DType::f64))->precision().accumulator, DType::f64);
-  EXPECT_FAILS_WITH(LossPlan::select(Target::offline(75), d), Status::Unsupported, "sm_75");
-  p = {};
+  PlanPreference p;
   p.vectorized = Tristate::Forbid;
   auto nv = LossPlan::select(kTarget, ce(), p);
   ASSERT_TRUE(nv.ok());

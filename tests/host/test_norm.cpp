@@ -208,24 +208,10 @@ TEST(NormSelect, ParamDtype) {
 
 TEST(NormSelect, Preferences) {
   const auto d = ln();
-  PlanPreference p;
-  p.backend = Backend::CuDnn;
-  EXPECT_FAILS_WITH(NormPlan::select(kTarget, d, p), Status::Unsupported, "layer_norm", "backend=");
-  p = {};
-  p.tf32 = Tristate::Require;
-  EXPECT_FAILS_WITH(NormPlan::select(kTarget, d, p), Status::Unsupported, "tf32=Require");
-  p = {};
-  p.reduced_precision_reduction = Tristate::Require;
-  EXPECT_FAILS_WITH(NormPlan::select(kTarget, d, p), Status::Unsupported, "reduced_precision_reduction");
-  p = {};
-  p.require_deterministic = p.require_bit_stable = true;
-  p.backend = Backend::Native;
-  auto ok = NormPlan::select(kTarget, d, p);
+  auto ok = baracuda::test::expect_native_preferences<NormPlan>(kTarget, d, "layer_norm");
   ASSERT_TRUE(ok.ok()) << ok.message();
-  EXPECT_TRUE(ok->precision().deterministic);
-  EXPECT_TRUE(ok->precision().bit_stable);
   EXPECT_EQ(ok->precision().accumulator, DType::f32);
-  p = {};
+  PlanPreference p;
   p.vectorized = Tristate::Forbid;
   auto nv = NormPlan::select(kTarget, d, p);
   ASSERT_TRUE(nv.ok());

@@ -243,19 +243,10 @@ TEST(QuantSelect, LearnableAndDelayedRules) {
 }
 
 TEST(QuantSelect, Preferences) {
+  baracuda::test::expect_native_preferences<QuantPlan>(kTarget, qchan(), "quantize");
   PlanPreference p;
   p.backend = Backend::CuBlasLt;
   EXPECT_FAILS_WITH(QuantPlan::select(kTarget, qchan(), p), Status::Unsupported, "backend", "only the native");
-  p = {};
-  p.tf32 = Tristate::Require;
-  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, qchan(), p), Status::Unsupported, "tf32=Require");
-  p = {};
-  p.reduced_precision_reduction = Tristate::Require;
-  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, qchan(), p), Status::Unsupported, "reduced_precision_reduction");
-  p = {};
-  p.require_deterministic = p.require_bit_stable = true;
-  EXPECT_TRUE(QuantPlan::select(kTarget, qchan(), p).ok());
-  EXPECT_FAILS_WITH(QuantPlan::select(Target::offline(75), qchan()), Status::Unsupported, "sm_75");
 }
 
 // ---- geometry -------------------------------------------------------------------------------------------

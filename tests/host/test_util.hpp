@@ -69,3 +69,33 @@ inline Layout strided(std::initializer_list<int64_t> shape, std::initializer_lis
       EXPECT_NE(r_.message().find(needle_), std::string::npos)                         \
           << "message '" << r_.message() << "' does not mention '" << needle_ << "'";  \
   } while (0)
+
+namespace baracuda::test {
+/// The preferences every native, deterministic family plan treats alike: a vendor backend,
+/// tf32=Require and reduced_precision_reduction=Require are refused (messages naming them and
+/// `op`), determinism and bit-stability are granted, and an sm_75 target is refused. Returns
+/// the plan selected with determinism required, for family-specific checks.
+template <class Plan, class Desc>
+auto expect_native_preferences(const Target& target, const Desc& d, const char* op) {
+  PlanPreference p;
+  p.backend = Backend::CuDnn;
+  EXPECT_FAILS_WITH(Plan::select(target, d, p), Status::Unsupported, op, "backend");
+  p = {};
+  p.tf32 = Tristate::Require;
+  EXPECT_FAILS_WITH(Plan::select(target, d, p), Status::Unsupported, "tf32=Require");
+  p = {};
+  p.reduced_precision_reduction = Tristate::Require;
+  EXPECT_FAILS_WITH(Plan::select(target, d, p), Status::Unsupported, "reduced_precision_reduction");
+  EXPECT_FAILS_WITH(Plan::select(Target::offline(75), d), Status::Unsupported, "sm_75");
+  p = {};
+  p.require_deterministic = p.require_bit_stable = true;
+  p.backend = Backend::Native;
+  auto ok = Plan::select(target, d, p);
+  EXPECT_TRUE(ok.ok()) << ok.message();
+  if (ok.ok()) {
+    EXPECT_TRUE(ok->precision().deterministic);
+    EXPECT_TRUE(ok->precision().bit_stable);
+  }
+  return ok;
+}
+}  // namespace baracuda::test
