@@ -598,8 +598,8 @@ __global__ void __launch_bounds__(kBlock) apply_planes_kernel(const ChannelLaunc
         xv[u] = dv[u] = M(0);
         if (ok[u]) {
           if (use_x)
-            xv[u] = static_cast<M>(
-                load_as_opmath(plane_ptr<kChX, T>(p, n[u], c[u])[spatial_offset<kMap, kChX>(p, s[u])]));
+            xv[u] =
+                static_cast<M>(load_as_opmath(plane_ptr<kChX, T>(p, n[u], c[u])[spatial_offset<kMap, kChX>(p, s[u])]));
           if constexpr (kBw)
             dv[u] = static_cast<M>(
                 load_as_opmath(plane_ptr<kChDy, T>(p, n[u], c[u])[spatial_offset<kMap, kChDy>(p, s[u])]));

@@ -472,7 +472,6 @@ struct Operand {
   bool fp;  ///< floating side (x-shaped, any strides)
 };
 
-
 /// Roles of one call: what it reads and writes (see the table in quant.hpp).
 struct Roles {
   bool x = false, q = false, dy = false, scale = false, zero_point = false;
