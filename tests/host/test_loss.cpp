@@ -135,9 +135,7 @@ TEST(LossCoverage, AcceptsExactlyDeclaredDtypes) {
 TEST(LossCoverage, ListedRows) {
   const auto rows = coverage(kTarget);
   auto has = [&](const char* op, Direction dir, const std::string& dt) {
-    return std::any_of(rows.begin(), rows.end(), [&](const CoverageRow& r) {
-      return r.family == "loss" && r.op == op && r.direction == dir && r.dtype == dt;
-    });
+    return baracuda::test::has_coverage_row(rows, "loss", op, dir, dt);
   };
   for (const auto& in : loss_ops())
     for (Direction dir : {Direction::Forward, Direction::Backward})

@@ -111,9 +111,7 @@ TEST(NormCoverage, AcceptsExactlyDeclaredDtypes) {
 TEST(NormCoverage, ListedRows) {
   const auto rows = coverage(kTarget);
   auto has = [&](const char* op, Direction dir, const std::string& dt) {
-    return std::any_of(rows.begin(), rows.end(), [&](const CoverageRow& r) {
-      return r.family == "norm" && r.op == op && r.direction == dir && r.dtype == dt;
-    });
+    return baracuda::test::has_coverage_row(rows, "norm", op, dir, dt);
   };
   for (const char* op : {"softmax", "log_softmax", "layer_norm", "rms_norm", "normalize", "batch_norm", "instance_norm",
                          "group_norm", "local_response_norm"})

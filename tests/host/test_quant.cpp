@@ -102,9 +102,7 @@ TEST(QuantCoverage, AcceptsExactlyDeclaredDtypes) {
 TEST(QuantCoverage, ListedRows) {
   const auto rows = coverage(kTarget);
   auto has = [&](const char* op, Direction dir, const std::string& dt) {
-    return std::any_of(rows.begin(), rows.end(), [&](const CoverageRow& r) {
-      return r.family == "quant" && r.op == op && r.direction == dir && r.dtype == dt;
-    });
+    return baracuda::test::has_coverage_row(rows, "quant", op, dir, dt);
   };
   EXPECT_TRUE(has("quantize", Direction::Forward, "bfloat16->int8"));
   EXPECT_TRUE(has("quantize", Direction::Forward, "float64->int4"));

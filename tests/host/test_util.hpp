@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "baracuda/core/coverage.hpp"
 #include "baracuda/ops/elementwise.hpp"
 
 namespace baracuda::test {
@@ -97,5 +99,15 @@ auto expect_native_preferences(const Target& target, const Desc& d, const char* 
     EXPECT_TRUE(ok->precision().bit_stable);
   }
   return ok;
+}
+}  // namespace baracuda::test
+
+namespace baracuda::test {
+/// Whether the coverage list has the row (family, op, direction, dtype).
+inline bool has_coverage_row(const std::vector<CoverageRow>& rows, const char* family, const char* op, Direction dir,
+                             const std::string& dtype) {
+  for (const CoverageRow& r : rows)
+    if (r.family == family && r.op == op && r.direction == dir && r.dtype == dtype) return true;
+  return false;
 }
 }  // namespace baracuda::test
