@@ -93,7 +93,9 @@ Result<W4A16LinearPlan> W4A16LinearPlan::select(const Target& target, const W4A1
       return unsupported(label + ": preference backend=" + to_string(pref.backend) +
                          " cannot be honoured (the m <= 16 decode kernel is native)");
     s.backend = Backend::Native;
-    s.layout = "decode: int4 codes as exact 16-bit integers in mma.m16n8k16, 32-k steps, K split over 8 warps";
+    s.layout = std::string("decode: int4 codes as exact 16-bit integers in mma.m16n8k16, ") +
+               (desc.group_size % 128 == 0 ? "128-k steps (16-byte loads)" : "32-k steps") +
+               ", K split over 8 warps, x and group parameters staged in shared memory when they fit";
     PrecisionGuarantee& g = s.precision;
     g.math = desc.dtype;
     g.accumulator = DType::f32;

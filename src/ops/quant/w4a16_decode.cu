@@ -20,15 +20,23 @@
 // the sum over k does not care about the order as long as A and B agree, and the order depends on
 // the lane's k slot only).
 //
-// Layout of the work: a lane (g, q) = (lane / 4, lane % 4) of a warp reads, per 32-k step, one word
-// of each of its columns n0 + g and n0 + g + 8 at k = 32 s + 8 q: the quad's 4 words cover 32
-// consecutive k, so every step lies within one group for any G that is a multiple of 32 (wider
-// loads would make a step straddle groups of 32 or 64; the neighbouring step's word hits L1). A CTA
-// owns 16 columns; its 8 warps split K into contiguous step ranges and their partial sums are added
-// in a fixed order through shared memory: deterministic, bit-stable.
+// Layout of the work: a lane (g, q) = (lane / 4, lane % 4) of a warp reads, per step, kW words of
+// each of its columns n0 + g and n0 + g + 8 at k = kStep s + 8 kW q: the quad's words cover kStep
+// consecutive k, so a step lies within one group. kWide (G a multiple of 128, the common GPTQ/AWQ
+// choice): kW = 4, a 16-byte load, 128-k steps; else kW = 1 (a 4-byte word, 32-k steps, any G that
+// is a multiple of 32; half a sector a load, the other half hits L1 on the next step). Measured on
+// H100 (m = 1, K = N = 4096): 16-byte loads took the kernel from 12.6 to ~9.8 us. A CTA owns 16
+// columns; its 8 warps split K into contiguous step ranges and their partial sums are added in a
+// fixed order through shared memory: deterministic, bit-stable.
 // Latency: each warp keeps kDepth steps of weight words in flight (a register ring refilled as a
-// step is consumed) and each group's scales and zero points one group ahead; x is small and
-// L1-resident. Registers bound the bytes in flight: <= 80 registers, 3 CTAs an SM (m > 8: 2).
+// step is consumed). The whole kernel is only a few DRAM latencies long (K = 4096 is 4 wide steps
+// a warp), so a load issued inside a step (x, or a group's scale: an L2 round trip each, serialised
+// with the step's MMAs) used to dominate: when they fit (kStaged: x's rows, padded by 64 bytes so
+// the quads of two rows sit on different banks, and the CTA's columns' group scales and zero
+// points, <= kStageBytes) they are copied into shared memory with cp.async first, all in flight at
+// once beside the weight ring's first loads. Two MMA accumulator chains a tile (kWide) halve the
+// dependent-MMA latency a group. For scale: a kernel that only streams the 8 MiB packed weight of
+// K = N = 4096 (16-byte loads, nothing else) takes 5.5 us back to back on H100; this one ~8.7 us.
 #include <cuda_runtime.h>
 
 #include <cuda/std/type_traits>
@@ -41,9 +49,20 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kCols = 16;   // weight columns a CTA owns: the MMA's 16 rows
-constexpr int kStepK = 32;  // k per step: a word (8 codes) per lane, 4 lanes a quad
-constexpr int kDepth = 8;   // steps in flight per lane (two weight words each)
+constexpr int kCols = 16;  // weight columns a CTA owns: the MMA's 16 rows
+/// Words (8 codes each) a lane loads per column and step: 1 (a 32-k step: any group size that is a
+/// multiple of 32) or, kWide, 4 (a 16-byte load, a 128-k step: groups that are multiples of 128).
+template <bool kWide>
+inline constexpr int kWords = kWide ? 4 : 1;
+template <bool kWide>
+inline constexpr int kStepK = 32 * kWords<kWide>;  // k per step: 4 lanes a quad
+/// Steps in flight per lane (kWide: 2 steps = 8 words a column; deeper rings and more chains were
+/// measured no faster on H100: the kernel is a few DRAM latencies long either way).
+template <bool kWide>
+inline constexpr int kDepth = kWide ? 2 : 8;
+constexpr int kPadX = 32;  // elements of padding after each staged row of x (64 bytes: the next bank half)
+/// Shared memory for staged x: 3 CTAs an SM (m <= 8), each with 8 KB of partial sums, fit 228 KB.
+constexpr int64_t kStageBytes = 64 * 1024;
 
 /// The 16-bit pattern whose value is 2^7 (bf16) / 2^10 (f16): its last mantissa bit is worth 1.
 template <class T>
@@ -120,15 +139,17 @@ __device__ __forceinline__ void x_to_b(const uint4& v, uint32_t (&a)[4]) {
 /// then start at group boundaries and each flush (acc += scale * group sum) sits at a fixed place
 /// of the unrolled ring, with no branch per step; 0: any G (per-channel, or G not dividing 256), a
 /// counter decides per step.
-template <class T, bool kHi, int kSpg>
-__global__ void __launch_bounds__(kThreads, kHi ? 2 : 3) w4a16_decode_kernel(const detail::W4A16Launch p) {
-  static_assert(kSpg == 0 || kDepth % (kSpg > 0 ? kSpg : 1) == 0, "a static group divides the ring");
+template <class T, bool kHi, bool kWide, int kSpg, bool kStaged>
+__global__ void __launch_bounds__(kThreads, kHi || kWide ? 2 : 3) w4a16_decode_kernel(const detail::W4A16Launch p) {
+  extern __shared__ __align__(16) unsigned char x_stage[];  // kStaged: [m][k + kPadX] of T
+  constexpr int kW = kWords<kWide>, kStep = kStepK<kWide>, kD = kDepth<kWide>;
+  static_assert(kSpg == 0 || kD % (kSpg > 0 ? kSpg : 1) == 0, "a static group divides the ring");
   constexpr int kTiles = kHi ? 2 : 1;  // B tiles: rows 0..7 of x, and 8..15
   __shared__ float part[kWarps][32][4 * kTiles];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, q = lane & 3;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCols;
-  const int spg = kSpg > 0 ? kSpg : static_cast<int>(p.group / kStepK);  // steps a group
+  const int spg = kSpg > 0 ? kSpg : static_cast<int>(p.group / kStep);  // steps a group
   const int64_t groups = p.k / p.group;
   // Steps along K (the plan caps k so that they fit an int), split over the warps in contiguous
   // ranges (of whole groups when kSpg > 0).
@@ -137,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, kHi ? 2 : 3) w4a16_decode_kernel(con
     s0 = static_cast<int>(warp * groups / kWarps) * kSpg;
     s1 = static_cast<int>((warp + 1) * groups / kWarps) * kSpg;
   } else {
-    const int steps = static_cast<int>(p.k / kStepK);
+    const int steps = static_cast<int>(p.k / kStep);
     s0 = static_cast<int>(static_cast<int64_t>(warp) * steps / kWarps);
     s1 = static_cast<int>(static_cast<int64_t>(warp + 1) * steps / kWarps);
   }
@@ -150,24 +171,77 @@ __global__ void __launch_bounds__(kThreads, kHi ? 2 : 3) w4a16_decode_kernel(con
   const uint32_t* W[2];
   const float* S[2];
   const int32_t* Z[2];
+  const T* x = static_cast<const T*>(p.x);
+  // Staged: [m][k + kPadX] of x, then [kCols][groups] scales, then [kCols][groups] zero points.
+  const int64_t xs_row = p.k + kPadX;
+  float* ss = reinterpret_cast<float*>(x_stage + p.m * xs_row * static_cast<int64_t>(sizeof(T)));
+  int32_t* zs = reinterpret_cast<int32_t*>(ss + kCols * groups);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t c = n0 + g + 8 * h < p.n ? n0 + g + 8 * h : p.n - 1;
-    W[h] = reinterpret_cast<const uint32_t*>(p.w) + c * (p.k / 8) + q;
-    S[h] = p.scale + c * groups;
-    Z[h] = p.zero_point ? p.zero_point + c * groups : nullptr;
+    W[h] = reinterpret_cast<const uint32_t*>(p.w) + c * (p.k / 8) + q * kW;
+    S[h] = kStaged ? ss + (g + 8 * h) * groups : p.scale + c * groups;
+    Z[h] = p.zero_point ? (kStaged ? zs + (g + 8 * h) * groups : p.zero_point + c * groups) : nullptr;
   }
   const bool row_lo = g < p.m, row_hi = kHi && g + 8 < p.m;
-  const T* x = static_cast<const T*>(p.x);
-  const uint4* X_lo = reinterpret_cast<const uint4*>(x + (row_lo ? g : 0) * p.x_row) + q;
-  const uint4* X_hi = reinterpret_cast<const uint4*>(x + (row_hi ? g + 8 : 0) * p.x_row) + q;
   const uint4 zero4 = make_uint4(0, 0, 0, 0);
+  if constexpr (kStaged) {
+    // All loads in flight at once, beside the weight ring's first ones below: the warp's k range
+    // [32 s0, 32 s1) of every row of x (16 bytes a lane), and the CTA's columns' group scales and
+    // zero points (4 bytes a thread, all threads; columns past n clamped like W).
+    auto cp_async = [](void* dst, const void* src, auto bytes) {
+      const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+      if constexpr (decltype(bytes)::value == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+      else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+    };
+    T* xs = reinterpret_cast<T*>(x_stage);
+    const int chunks = (s1 - s0) * (kStep / 8);  // 16-byte chunks a row
+    for (int64_t r = 0; r < p.m; ++r)
+      for (int c = lane; c < chunks; c += 32) {
+        const int64_t k = static_cast<int64_t>(s0) * kStep + 8 * c;
+        cp_async(xs + r * xs_row + k, x + r * p.x_row + k, cuda::std::integral_constant<int, 16>{});
+      }
+    for (int64_t i = tid; i < kCols * groups; i += kThreads) {
+      const int64_t c = n0 + i / groups < p.n ? n0 + i / groups : p.n - 1, gi = i % groups;
+      cp_async(ss + i, p.scale + c * groups + gi, cuda::std::integral_constant<int, 4>{});
+      if (p.zero_point) cp_async(zs + i, p.zero_point + c * groups + gi, cuda::std::integral_constant<int, 4>{});
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
+  const int64_t x_row = kStaged ? xs_row : p.x_row;
+  const T* x_base = kStaged ? reinterpret_cast<const T*>(x_stage) : x;
+  const uint4* X_lo = reinterpret_cast<const uint4*>(x_base + (row_lo ? g : 0) * x_row) + q * kW;
+  const uint4* X_hi = reinterpret_cast<const uint4*>(x_base + (row_hi ? g + 8 : 0) * x_row) + q * kW;
+  // Staged operands live in shared memory (a plain load); otherwise the read-only path.
+  auto load = [&](const auto* ptr) {
+    if constexpr (kStaged)
+      return *ptr;
+    else
+      return __ldg(ptr);
+  };
 
-  uint32_t wb[kDepth][2];  // the weight ring: step s0 + i lives in slot i % kDepth
+  // The weight ring: step s0 + i lives in slot i % kD; a lane's kW words of each column a step.
+  uint32_t wb[kD][2][kW];
+  auto load_w = [&](int u, int s, bool valid) {
 #pragma unroll
-  for (int u = 0; u < kDepth; ++u)
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t* src = W[h] + static_cast<int64_t>(s) * 4 * kW;
+      if constexpr (kWide) {
+        const uint4 v = valid ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0, 0, 0, 0);
+        wb[u][h][0] = v.x, wb[u][h][1] = v.y, wb[u][h][2] = v.z, wb[u][h][3] = v.w;
+      } else {
+        wb[u][h][0] = valid ? __ldg(src) : 0u;
+      }
+    }
+  };
 #pragma unroll
-    for (int h = 0; h < 2; ++h) wb[u][h] = u < cnt ? __ldg(W[h] + static_cast<int64_t>(s0 + u) * 4) : 0u;
+  for (int u = 0; u < kD; ++u) load_w(u, s0 + u, u < cnt);
+  if constexpr (kStaged) {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();  // the group parameters were staged by the whole CTA
+  }
   // Group parameters, one group ahead: zero points (the A bias) and scales of both columns.
   int64_t grp = cnt > 0 ? s0 / spg : 0;
   int left = cnt > 0 ? spg - (s0 - static_cast<int>(grp) * spg) : 0;  // kSpg == 0: steps left in the group
@@ -177,8 +251,8 @@ __global__ void __launch_bounds__(kThreads, kHi ? 2 : 3) w4a16_decode_kernel(con
   auto load_group = [&](int64_t gi) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      z_next[h] = Z[h] ? __ldg(Z[h] + gi) : 0;
-      s_next[h] = __ldg(S[h] + gi);
+      z_next[h] = Z[h] ? load(Z[h] + gi) : 0;
+      s_next[h] = load(S[h] + gi);
     }
   };
   auto start_group = [&]() {  // take the prefetched group, prefetch the next one in this warp's range
@@ -194,36 +268,50 @@ __global__ void __launch_bounds__(kThreads, kHi ? 2 : 3) w4a16_decode_kernel(con
     start_group();
   }
 
-  float acc[kTiles][4] = {}, part_g[kTiles][4] = {};
-  auto step = [&](int u, int i) {  // step s0 + i from ring slot u: 2 MMAs a B tile, then the slot's refill
+  // kChains independent MMA accumulators a tile (word j feeds chain j % kChains): a single chain
+  // serialises every MMA of a group on the previous one's latency.
+  constexpr int kChains = kWide ? 2 : 1;
+  float acc[kTiles][4] = {}, part_g[kChains][kTiles][4] = {};
+  // Step s0 + i from ring slot u: per word 2 MMAs a B tile (word j of lane q holds k = kStep s +
+  // 8 (kW q + j) + 0..7, and so does the x it meets), then the slot's refill.
+  auto step = [&](int u, int i) {
     const int s = s0 + i;
-    uint32_t a0[4], a1[4], b[kTiles][4];
-    x_to_b(row_lo ? __ldg(X_lo + static_cast<int64_t>(s) * 4) : zero4, b[0]);
-    if constexpr (kHi) x_to_b(row_hi ? __ldg(X_hi + static_cast<int64_t>(s) * 4) : zero4, b[kTiles - 1]);
-    codes_to_pairs<T>(wb[u][0], magic2, bias2[0], a0);  // column n0 + g: A rows 0..7
-    codes_to_pairs<T>(wb[u][1], magic2, bias2[1], a1);  // column n0 + g + 8: A rows 8..15
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
-      mma16816<T>(part_g[t], a0[0], a1[0], a0[1], a1[1], b[t][0], b[t][1]);
-      mma16816<T>(part_g[t], a0[2], a1[2], a0[3], a1[3], b[t][2], b[t][3]);
+    for (int j = 0; j < kW; ++j) {
+      uint32_t a0[4], a1[4], b[kTiles][4];
+      const int64_t xo = static_cast<int64_t>(s) * 4 * kW + j;
+      x_to_b(row_lo ? load(X_lo + xo) : zero4, b[0]);
+      if constexpr (kHi) x_to_b(row_hi ? load(X_hi + xo) : zero4, b[kTiles - 1]);
+      codes_to_pairs<T>(wb[u][0][j], magic2, bias2[0], a0);  // column n0 + g: A rows 0..7
+      codes_to_pairs<T>(wb[u][1][j], magic2, bias2[1], a1);  // column n0 + g + 8: A rows 8..15
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) {
+        mma16816<T>(part_g[j % kChains][t], a0[0], a1[0], a0[1], a1[1], b[t][0], b[t][1]);
+        mma16816<T>(part_g[j % kChains][t], a0[2], a1[2], a0[3], a1[3], b[t][2], b[t][3]);
+      }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) wb[u][h] = i + kDepth < cnt ? __ldg(W[h] + static_cast<int64_t>(s + kDepth) * 4) : 0u;
+    load_w(u, s + kD, i + kD < cnt);
   };
   auto flush = [&]() {  // the group (or this warp's part of it) ends: scale its sum and add
 #pragma unroll
     for (int t = 0; t < kTiles; ++t) {
-      acc[t][0] = fmaf(s_cur[0], part_g[t][0], acc[t][0]);  // column n0 + g
-      acc[t][1] = fmaf(s_cur[0], part_g[t][1], acc[t][1]);
-      acc[t][2] = fmaf(s_cur[1], part_g[t][2], acc[t][2]);  // column n0 + g + 8
-      acc[t][3] = fmaf(s_cur[1], part_g[t][3], acc[t][3]);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) part_g[t][e] = 0.f;
+      for (int c = 1; c < kChains; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part_g[0][t][e] += part_g[c][t][e];  // fixed order
+      acc[t][0] = fmaf(s_cur[0], part_g[0][t][0], acc[t][0]);            // column n0 + g
+      acc[t][1] = fmaf(s_cur[0], part_g[0][t][1], acc[t][1]);
+      acc[t][2] = fmaf(s_cur[1], part_g[0][t][2], acc[t][2]);  // column n0 + g + 8
+      acc[t][3] = fmaf(s_cur[1], part_g[0][t][3], acc[t][3]);
+#pragma unroll
+      for (int c = 0; c < kChains; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part_g[c][t][e] = 0.f;
     }
   };
-  for (int i0 = 0; i0 < cnt; i0 += kDepth) {
+  for (int i0 = 0; i0 < cnt; i0 += kD) {
 #pragma unroll
-    for (int u = 0; u < kDepth; ++u) {
+    for (int u = 0; u < kD; ++u) {
       const int i = i0 + u;
       if (i < cnt) {  // warp-uniform (mma.sync needs the whole warp)
         step(u, i);
@@ -264,32 +352,57 @@ __global__ void __launch_bounds__(kThreads, kHi ? 2 : 3) w4a16_decode_kernel(con
   }
 }
 
-template <class T, bool kHi>
-cudaError_t launch_rows(const detail::W4A16Launch& p, cudaStream_t stream) {
+template <class T, bool kHi, bool kWide, int kSpg, bool kStaged>
+cudaError_t launch_kernel(const detail::W4A16Launch& p, size_t smem, cudaStream_t stream) {
+  auto* kernel = &w4a16_decode_kernel<T, kHi, kWide, kSpg, kStaged>;
+  if constexpr (kStaged) {
+    // Above 48 KB of dynamic shared memory a kernel must opt in (an idempotent, cheap call).
+    if (smem > 48 * 1024) {
+      const cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStageBytes));
+      if (e != cudaSuccess) return e;
+    }
+  }
   const dim3 grid(static_cast<unsigned>((p.n + kCols - 1) / kCols));
-  switch (p.group / kStepK) {
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+/// Steps a group as a template constant when it divides the ring, else 0 (a counter per step).
+template <class T, bool kHi, bool kWide, bool kStaged>
+cudaError_t launch_group(const detail::W4A16Launch& p, size_t smem, cudaStream_t stream) {
+  constexpr int kD = kDepth<kWide>;
+  switch (p.group / kStepK<kWide>) {
     case 1:
-      w4a16_decode_kernel<T, kHi, 1><<<grid, kThreads, 0, stream>>>(p);
-      break;
+      return launch_kernel<T, kHi, kWide, 1, kStaged>(p, smem, stream);
     case 2:
-      w4a16_decode_kernel<T, kHi, 2><<<grid, kThreads, 0, stream>>>(p);
+      if constexpr (kD % 2 == 0) return launch_kernel<T, kHi, kWide, 2, kStaged>(p, smem, stream);
       break;
     case 4:
-      w4a16_decode_kernel<T, kHi, 4><<<grid, kThreads, 0, stream>>>(p);
+      if constexpr (kD % 4 == 0) return launch_kernel<T, kHi, kWide, 4, kStaged>(p, smem, stream);
       break;
     case 8:
-      w4a16_decode_kernel<T, kHi, 8><<<grid, kThreads, 0, stream>>>(p);
+      if constexpr (kD % 8 == 0) return launch_kernel<T, kHi, kWide, 8, kStaged>(p, smem, stream);
       break;
     default:
-      w4a16_decode_kernel<T, kHi, 0><<<grid, kThreads, 0, stream>>>(p);
       break;
   }
-  return cudaGetLastError();
+  return launch_kernel<T, kHi, kWide, 0, kStaged>(p, smem, stream);
+}
+
+template <class T, bool kHi, bool kWide>
+cudaError_t launch_staged(const detail::W4A16Launch& p, cudaStream_t stream) {
+  const int64_t stage = p.m * (p.k + kPadX) * static_cast<int64_t>(sizeof(T)) +
+                        kCols * (p.k / p.group) * static_cast<int64_t>(sizeof(float) + sizeof(int32_t));
+  return stage <= kStageBytes ? launch_group<T, kHi, kWide, true>(p, static_cast<size_t>(stage), stream)
+                              : launch_group<T, kHi, kWide, false>(p, 0, stream);
 }
 
 template <class T>
 cudaError_t launch(const detail::W4A16Launch& p, cudaStream_t stream) {
-  return p.m > 8 ? launch_rows<T, true>(p, stream) : launch_rows<T, false>(p, stream);
+  const bool wide = p.group % kStepK<true> == 0;  // then k, a multiple of the group, is too
+  if (p.m > 8) return wide ? launch_staged<T, true, true>(p, stream) : launch_staged<T, true, false>(p, stream);
+  return wide ? launch_staged<T, false, true>(p, stream) : launch_staged<T, false, false>(p, stream);
 }
 
 }  // namespace
