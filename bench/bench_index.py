@@ -4,7 +4,8 @@
 baracuda runs through baracuda._C.index(op, backward, tensors, params, ...) with pre-allocated
 outputs and workspace (no error flag, so no host read-back); torch runs the equivalent eager op
 (x.t().contiguous(), torch.cat, F.pad, torch.gather, F.embedding, embedding_dense_backward,
-index_add_, scatter_reduce_ amax, torch.scatter_reduce amax, torch.nonzero). nonzero runs
+index_add_, scatter_reduce_ amax, torch.scatter_reduce amax, torch.nonzero, F.embedding_bag and
+aten._embedding_bag_dense_backward). nonzero runs
 baracuda.index.nonzero whole (count pass, one host read of the count, write pass), as
 torch.nonzero synchronizes too. Timing: CUDA events, warm-up, median of --iters; buffer sets
 rotate when one call moves less than 2x L2 (bench.py). Bytes count each input read once and
@@ -28,7 +29,7 @@ import bench  # noqa: E402  (shared harness; imports torch lazily)
 # Targets from issue 6: ratio vs torch (">= x torch") or % of copy bandwidth.
 TARGETS = {"transpose": ("bw", 85.0), "embedding_fw": ("x", 1.2), "embedding_bw": ("x", 1.0), "cat": ("bw", 80.0),
            "pad": ("bw", 80.0), "gather": ("bw", 80.0), "segment_max": ("x", 1.5), "scatter_reduce": ("x", 1.0),
-           "nonzero": ("x", 1.0)}
+           "nonzero": ("x", 1.0), "embedding_bag_fw": ("x", 1.0), "embedding_bag_bw": ("x", 1.0)}
 QUICK = ["transpose_bf16", "embedding_fw", "embedding_bw", "segment_max_f32"]
 
 
@@ -147,6 +148,49 @@ def build_cases(torch, F):
     # The mask read once and ~6.7M coordinate pairs written (the count pass's second read of the
     # mask is not counted: the percentage is against the minimum traffic).
     cases["nonzero_bool"] = ("nonzero", 16384 * 4096 + int(0.1 * 16384 * 4096) * 16, nonzero)
+
+    # embedding_bag: 1M ids in 16384 bags of 64 over a [1M, 256] table (torch's 1-D ids + offsets).
+    n_rows, dim, bags, per_bag = 1 << 20, 256, 16384, 64
+    n_ids = bags * per_bag
+
+    def bag_inputs(dt):
+        w = torch.randn(n_rows, dim, device=dev).to(dt)
+        ids = torch.randint(0, n_rows, (n_ids,), device=dev)
+        offsets = torch.arange(0, n_ids, per_bag, device=dev)
+        return w, ids, offsets
+
+    def bag_fw(dt, mode):
+        def make():
+            w, ids, offsets = bag_inputs(dt)
+            out = torch.empty(bags, dim, dtype=dt, device=dev)
+            return ("embedding_bag", {"x": w, "index": ids, "offsets": offsets, "out": out}, {"mode": mode}), \
+                lambda: F.embedding_bag(ids, w, offsets, mode=mode)
+        return make
+
+    def bag_bw(dt, mode, deterministic):
+        def make():
+            w, ids, offsets = bag_inputs(dt)
+            mode_id = {"sum": 0, "mean": 1}[mode]
+            _, offset2bag, bag_size, max_idx = torch.embedding_bag(w, ids, offsets, False, mode_id)
+            g = torch.randn(bags, dim, device=dev).to(dt)
+            gw = torch.empty(n_rows, dim, dtype=dt, device=dev)
+            return ("embedding_bag", {"x": g, "index": ids, "offsets": offsets, "out": gw}, {"mode": mode}, True,
+                    deterministic), \
+                lambda: torch.ops.aten._embedding_bag_dense_backward(g, ids, offset2bag, bag_size, max_idx, n_rows,
+                                                                     False, mode_id, None, -1)
+        return make
+
+    for dt, tag in ((f32, "f32"), (bf16, "bf16")):
+        eb = 4 if dt == f32 else 2
+        # Forward: every id's row read once, the ids and the bags written once.
+        fw_bytes = n_ids * (dim * eb + 8) + bags * dim * eb
+        # Backward: the dense gradient written (zeros), each id's dy row read and its gradient row
+        # read and written once (the atomic or sorted sum), the ids read.
+        bw_bytes = n_rows * dim * eb + n_ids * (3 * dim * eb + 8)
+        for mode in ("sum", "mean"):
+            cases[f"embedding_bag_{mode}_fw_{tag}"] = ("embedding_bag_fw", fw_bytes, bag_fw(dt, mode))
+            cases[f"embedding_bag_{mode}_bw_{tag}"] = ("embedding_bag_bw", bw_bytes, bag_bw(dt, mode, False))
+            cases[f"embedding_bag_{mode}_bw_det_{tag}"] = ("embedding_bag_bw", bw_bytes, bag_bw(dt, mode, True))
     return cases
 
 
@@ -173,6 +217,7 @@ def main(argv=None):
             else:
                 op, tensors, params = spec[0], spec[1], spec[2]
             backward = not call and len(spec) > 3 and spec[3]
+            det = not call and len(spec) > 4 and spec[4]  # PlanPreference::require_deterministic
             dev = tensors["out"].device
 
             def export():
@@ -181,13 +226,13 @@ def main(argv=None):
             if call:
                 ours = bench.time_cuda(lambda k: fn(), 1, args.warmup, args.iters, not args.no_pad)
             else:
-                nws = _C.index_workspace_size(op, backward, export(), params, False)
+                nws = _C.index_workspace_size(op, backward, export(), params, det)
                 ws = torch.empty(max(nws, 1), dtype=torch.uint8, device=dev)
                 stream = current_stream(dev)
-                ours = bench.time_cuda(lambda k: _C.index(op, backward, export(), params, stream, dl(ws), False), 1,
+                ours = bench.time_cuda(lambda k: _C.index(op, backward, export(), params, stream, dl(ws), det), 1,
                                        args.warmup, args.iters, not args.no_pad)
             theirs = bench.time_cuda(lambda k: ref(), 1, args.warmup, args.iters, not args.no_pad)
-            sku = _C.index_sku(op, backward, export(), params, False)
+            sku = _C.index_sku(op, backward, export(), params, det)
             us, tus = ours["median_us"], theirs["median_us"]
             pct = 100.0 * nbytes / (us * 1e-6) / copy_bps
             kind, goal = TARGETS.get(key, (None, None))  # cases the issue sets no target for: measured only

@@ -5,10 +5,13 @@ Rows of ``_C.index_ops()`` (include/baracuda/ops/index_ops.def). Forward kernels
 copy (contiguous / permute / transpose copies, cat, stack, pad, flip, roll, tile, triu, tril,
 slice writes), the gather (gather, take_along_dim, index_select, embedding, advanced indexing,
 one_hot, lax_gather), the scatter (scatter, scatter_add, scatter_reduce, index_put, index_add,
-lax_scatter, segment_sum / max / min / prod / mean) and the select engine (nonzero, masked_select,
-masked_scatter). Backward passes reuse them: gather's is a scatter_add, index_select's an
-index_add, segment_sum's a row gather, index's an accumulating index_put, lax_gather's a
-lax_scatter_add; pad and embedding have backward plans of their own.
+lax_scatter, segment_sum / max / min / prod / mean), the select engine (nonzero, masked_select,
+masked_scatter), the rows engine (embedding_bag fused, embedding_renorm_ for max_norm) and the
+generate engine (tril_indices, triu_indices). meshgrid returns torch's expanded views (no copy;
+``contiguous`` of one materialises it through the copy kernel). Backward passes reuse them:
+gather's is a scatter_add, index_select's an index_add, segment_sum's a row gather, index's an
+accumulating index_put, lax_gather's a lax_scatter_add; pad, embedding and embedding_bag have
+backward plans of their own.
 
 Out-of-range indices are never dereferenced. The kernels raise a device flag; this module reads
 it after the call and raises ``IndexError`` (one host synchronization per call, like torch's
@@ -37,7 +40,7 @@ __all__ = ["contiguous", "permute_copy", "transpose_copy", "cat", "concat", "con
            "nonzero", "nonzero_static", "argwhere", "masked_select", "masked_scatter",
            "dynamic_slice", "dynamic_update_slice", "lax_gather", "lax_scatter", "lax_scatter_add",
            "lax_scatter_mul", "lax_scatter_min", "lax_scatter_max",
-           "embedding", "embedding_bag",
+           "embedding", "embedding_bag", "embedding_renorm_", "meshgrid", "tril_indices", "triu_indices",
            "segment_sum", "segment_max", "segment_min", "segment_prod", "segment_mean"]
 
 # An extension built before this family existed has no index bindings: the other families must
@@ -71,7 +74,8 @@ def _workspace(op, tensors, params, backward, deterministic, device):
     """The plan's workspace for these tensors (None when it needs none). Only plans that can
     need one are asked (asking costs a plan selection)."""
     engine = INDEX_OPS[op]["engine"]
-    if not (engine in ("scatter", "select") or op in _LINEARIZED or (op == "embedding" and backward)):
+    if not (engine in ("scatter", "select") or op in _LINEARIZED or (op == "embedding" and backward)
+            or op == "embedding_renorm" or (op == "embedding_bag" and backward)):
         return None
     n = _C.index_workspace_size(op, backward, _export(tensors), params, deterministic)
     return torch.empty(n, dtype=torch.uint8, device=device) if n else None
@@ -239,11 +243,69 @@ def _mapped(op, x, params):
     return out
 
 
-def _embedding_bw(grad, ids, num_weights, padding_idx):
+def _embedding_bw(grad, ids, num_weights, padding_idx, scale_grad_by_freq=False):
     gw = torch.empty((num_weights, grad.shape[-1]), dtype=grad.dtype, device=grad.device)
     if gw.numel():
-        _run("embedding", {"x": grad, "index": ids, "out": gw}, {"padding_idx": padding_idx}, backward=True)
+        _run("embedding", {"x": grad, "index": ids, "out": gw},
+             {"padding_idx": padding_idx, "scale_grad_by_freq": bool(scale_grad_by_freq)}, backward=True)
     return gw
+
+
+def _renorm_(weight, ids, max_norm, norm_type):
+    """torch.embedding_renorm_ on weight's storage (no autograd, as torch's no_grad helper)."""
+    if ids.numel() and weight.numel():
+        _run("embedding_renorm", {"index": ids, "out": weight.detach()},
+             {"max_norm": float(max_norm), "norm_type": float(norm_type)})
+    return weight
+
+
+def _bag_tensors(ids, offsets, psw):
+    t = {"index": ids}
+    if offsets is not None:
+        t["offsets"] = offsets
+    if psw is not None:
+        t["per_sample_weights"] = psw
+    return t
+
+
+def _bag_params(mode, include_last_offset, padding_idx, scale_grad_by_freq=False):
+    return {"mode": mode, "include_last_offset": bool(include_last_offset), "padding_idx": int(padding_idx),
+            "scale_grad_by_freq": bool(scale_grad_by_freq)}
+
+
+def _embedding_bag_fw(weight, ids, offsets, psw, mode, include_last_offset, padding_idx):
+    """The fused forward: (out [bags, D], max_indices [bags, D] for max, else None)."""
+    bags = ids.shape[0] if ids.dim() == 2 else offsets.shape[0] - (1 if include_last_offset else 0)
+    out = torch.empty((bags, weight.shape[1]), dtype=weight.dtype, device=weight.device)
+    max_idx = torch.empty((bags, weight.shape[1]), dtype=ids.dtype, device=weight.device) if mode == "max" else None
+    if out.numel():
+        t = dict(_bag_tensors(ids, offsets, psw), x=weight, out=out)
+        if max_idx is not None:
+            t["max_indices"] = max_idx
+        _run("embedding_bag", t, _bag_params(mode, include_last_offset, padding_idx))
+    return out, max_idx
+
+
+def _embedding_bag_bw(g, shape, weight, ids, offsets, psw, max_idx, mode, include_last_offset, padding_idx,
+                      scale_grad_by_freq, deterministic, want_weight, want_psw):
+    """(grad_weight or None, grad_per_sample_weights or None) from one backward plan; `weight` is
+    read only for the per-sample weights' gradient."""
+    gw = torch.empty(shape, dtype=g.dtype, device=g.device) if want_weight else None
+    gpsw = torch.empty(psw.shape, dtype=g.dtype, device=g.device) if want_psw else None
+    t = dict(_bag_tensors(ids, offsets, psw), x=g)
+    if max_idx is not None:
+        t["max_indices"] = max_idx
+    run_w = gw is not None and gw.numel() > 0
+    run_p = gpsw is not None and gpsw.numel() > 0
+    if run_w:
+        t["out"] = gw
+    if run_p:
+        t["grad_per_sample_weights"] = gpsw
+        t["weight"] = weight
+    if run_w or run_p:
+        _run("embedding_bag", t, _bag_params(mode, include_last_offset, padding_idx, scale_grad_by_freq),
+             backward=True, deterministic=deterministic)
+    return gw, gpsw
 
 
 # ---- autograd --------------------------------------------------------------------------------------
@@ -481,9 +543,9 @@ if torch is not None:
 
     class _EmbeddingFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, ids, weight, padding_idx):
+        def forward(ctx, ids, weight, padding_idx, scale_grad_by_freq=False):
             ctx.save_for_backward(ids)
-            ctx.n, ctx.padding_idx = weight.shape[0], padding_idx
+            ctx.n, ctx.padding_idx, ctx.scale = weight.shape[0], padding_idx, scale_grad_by_freq
             out = torch.empty(tuple(ids.shape) + (weight.shape[1],), dtype=weight.dtype, device=weight.device)
             if out.numel():
                 _run("embedding", {"x": weight, "index": ids, "out": out}, {"padding_idx": padding_idx})
@@ -493,7 +555,31 @@ if torch is not None:
         @once_differentiable
         def backward(ctx, g):
             (ids,) = ctx.saved_tensors
-            return None, _embedding_bw(g, ids, ctx.n, ctx.padding_idx), None
+            return None, _embedding_bw(g, ids, ctx.n, ctx.padding_idx, ctx.scale), None, None
+
+    class _EmbeddingBagFunction(torch.autograd.Function):
+        """The fused embedding_bag: forward and backward plans of the rows engine."""
+
+        @staticmethod
+        def forward(ctx, weight, psw, ids, offsets, mode, include_last_offset, padding_idx, scale_grad_by_freq,
+                    deterministic):
+            out, max_idx = _embedding_bag_fw(weight, ids, offsets, psw, mode, include_last_offset, padding_idx)
+            want_psw = psw is not None and ctx.needs_input_grad[1]
+            ctx.save_for_backward(weight if want_psw else None, ids, offsets, psw, max_idx)
+            ctx.shape = tuple(weight.shape)
+            ctx.args = (mode, include_last_offset, padding_idx, scale_grad_by_freq, deterministic)
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, g):
+            weight, ids, offsets, psw, max_idx = ctx.saved_tensors
+            mode, last, pad, scale, det = ctx.args
+            want_w = ctx.needs_input_grad[0]
+            want_psw = psw is not None and ctx.needs_input_grad[1]
+            gw, gpsw = _embedding_bag_bw(g, ctx.shape, weight, ids, offsets, psw, max_idx, mode, last, pad, scale, det,
+                                         want_w, want_psw)
+            return gw, gpsw, None, None, None, None, None, None, None
 
     class _SegmentSumFunction(torch.autograd.Function):
         @staticmethod
@@ -984,78 +1070,195 @@ def index_add(input, dim, index, source, *, alpha=1, deterministic=None):
     return _index_add(input, dim, index.reshape(-1), source if alpha == 1 else source * alpha, det)
 
 
+def _padding_idx(padding_idx, n, what="Padding_idx"):
+    """torch's normalization: None -> -1, a negative value counts from the end."""
+    if padding_idx is None:
+        return -1
+    if not -n <= padding_idx < n:
+        raise AssertionError(f"{what} must be within num_embeddings")
+    return padding_idx % n
+
+
+def embedding_renorm_(input, indices, max_norm, norm_type):
+    """torch.embedding_renorm_: every row of `input` (the [N, D] table, updated in place) that
+    `indices` reference and whose norm_type-norm exceeds max_norm is scaled by
+    max_norm / (norm + 1e-7), each row once (deterministic). Norms of |x| for every p (torch's
+    CUDA kernel drops the |.| for p other than 1 and 2; its CPU one keeps it). Returns input."""
+    require_torch()
+    _check_cuda("embedding_renorm_", input, indices)
+    _check_index("embedding_renorm_", indices)
+    if input.dim() != 2:
+        raise RuntimeError(f"embedding_renorm_: 'self' must be 2-D, got {input.dim()}-D")
+    return _renorm_(input, indices, max_norm, norm_type)
+
+
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):
-    """torch.nn.functional.embedding (dense gradient, sorted and deterministic backward)."""
+    """torch.nn.functional.embedding (dense gradient, sorted and deterministic backward). max_norm
+    rescales the referenced rows of weight in place first (embedding_renorm_, as torch);
+    scale_grad_by_freq divides each row's gradient by its id's count in input."""
     require_torch()
     _check_cuda("embedding", input, weight)
     _check_index("embedding", input)
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding: max_norm, scale_grad_by_freq and sparse are not supported yet")
+    if sparse:
+        raise NotImplementedError("embedding: sparse gradients are not supported")
     if weight.dim() != 2:
         raise RuntimeError("'weight' must be 2-D")
-    if padding_idx is None:
-        padding_idx = -1
-    else:
-        if not -weight.shape[0] <= padding_idx < weight.shape[0]:
-            raise AssertionError("Padding_idx must be within num_embeddings")
-        padding_idx %= weight.shape[0]
+    padding_idx = _padding_idx(padding_idx, weight.shape[0])
+    if max_norm is not None:
+        _renorm_(weight, input, max_norm, norm_type)
     if _grad_mode(weight):
-        return _EmbeddingFunction.apply(input, weight, padding_idx)
-    return _EmbeddingFunction.forward(_Ctx(), input, weight.detach(), padding_idx)
+        return _EmbeddingFunction.apply(input, weight, padding_idx, bool(scale_grad_by_freq))
+    return _EmbeddingFunction.forward(_Ctx(), input, weight.detach(), padding_idx, bool(scale_grad_by_freq))
 
 
 def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
                   sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None, *,
                   deterministic=None):
-    """torch.nn.functional.embedding_bag (sum, mean, max), composed from this family: a row
-    gather (embedding) and a segment reduction over bag ids (segment_sum / segment_max), so its
-    backward is embedding's sorted backward after the segment op's. Entries equal to padding_idx
-    (and positions outside every bag) are left out of their bag and out of mean's count; empty
-    bags give zeros. max: ties split the gradient equally (segment_max's rule; torch routes it to
-    the first maximum)."""
+    """torch.nn.functional.embedding_bag (sum, mean, max), one fused kernel: each bag's rows are
+    read once (16-byte vectors) and reduced in f32 (f64 for f64) in id order, no [L, D]
+    intermediate. Bags from offsets (1-D input; torch's CUDA semantics: the first bag starts at 0,
+    the last ends at len(input)) or the rows of a 2-D input; ids equal to padding_idx are left out
+    (and out of mean's count); empty bags give zeros. max returns torch's first maximum per feature
+    and routes the gradient to it. Backward: atomics, or with deterministic=True (or
+    torch.use_deterministic_algorithms, or scale_grad_by_freq) a stable sort of the ids and one
+    ordered sum per row (bit-identical run to run); the per-sample weights get their gradient
+    too. max_norm rescales the referenced rows of weight in place first (embedding_renorm_)."""
     require_torch()
     _check_cuda("embedding_bag", input, weight)
     _check_index("embedding_bag", input)
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError("embedding_bag: max_norm, scale_grad_by_freq and sparse are not supported yet")
+    if weight.dim() != 2:
+        raise RuntimeError("embedding_bag: 'weight' must be 2-D")
+    if sparse:
+        raise NotImplementedError("embedding_bag: sparse gradients are not supported")
     if mode not in ("sum", "mean", "max"):
-        raise ValueError(f"embedding_bag: mode has to be one of sum, mean or max, got {mode}")
-    if per_sample_weights is not None and mode != "sum":
-        raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
-                                  f"supported for mode='sum' (got mode='{mode}')")
-    dev = weight.device
-    if input.dim() == 2:
-        if offsets is not None:
-            raise ValueError("embedding_bag: if input is 2D, then offsets has to be None")
-        bags, n = input.shape
-        ids = input.reshape(-1)
-        bag = torch.arange(bags, device=dev).repeat_interleave(n)
-    elif input.dim() == 1:
-        if offsets is None or offsets.dim() != 1:
-            raise ValueError("embedding_bag: offsets has to be a 1D Tensor when input is 1D")
-        bags = offsets.shape[0] - (1 if include_last_offset else 0)
-        ids = input
-        # bag of position l: the last offset <= l (positions past the last bag's end drop out)
-        bag = torch.bucketize(torch.arange(ids.shape[0], device=dev), offsets.to(dev).long(), right=True) - 1
-    else:
-        raise ValueError(f"embedding_bag: input has to be 1D or 2D Tensor, but got Tensor of dimension {input.dim()}")
-    if padding_idx is not None:
-        if not -weight.shape[0] <= padding_idx < weight.shape[0]:
-            raise AssertionError("padding_idx must be within num_embeddings")
-        bag = torch.where(ids == padding_idx % weight.shape[0], torch.full_like(bag, -1), bag)
-    rows = embedding(ids, weight)
+        raise ValueError(f"mode has to be one of sum, mean or max, got {mode}")
+    if mode == "max" and scale_grad_by_freq:
+        raise ValueError("max mode does not support scaling the gradient by the frequency")
     if per_sample_weights is not None:
-        rows = rows * per_sample_weights.reshape(-1, 1).to(rows.dtype)
-    if mode == "max":
-        out = segment_max(rows, bag, bags, deterministic=deterministic)
+        _check_cuda("embedding_bag", per_sample_weights)
+        if tuple(per_sample_weights.shape) != tuple(input.shape):
+            raise ValueError(f"embedding_bag: If per_sample_weights ({list(per_sample_weights.shape)}) is not None, "
+                             f"then it must have the same shape as the input ({list(input.shape)})")
+        if mode != "sum":
+            raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+                                      f"supported for mode='sum' (got mode='{mode}')")
+        per_sample_weights = per_sample_weights.to(weight.dtype)
+    ids = input
+    if ids.dim() == 2:
+        if offsets is not None:
+            raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
+                             f"fixed length sequences. However, found offsets of type {type(offsets).__name__}")
+        if include_last_offset:
+            # torch turns 2-D input into offsets arange(0, numel, n) and keeps the flag (its CUDA
+            # kernel then merges the last two rows): the 1-D path reproduces that.
+            n = ids.shape[1]
+            offsets = torch.arange(0, ids.numel(), max(n, 1), dtype=ids.dtype, device=ids.device)
+            ids = ids.reshape(-1)
+            if per_sample_weights is not None:
+                per_sample_weights = per_sample_weights.reshape(-1)
+    elif ids.dim() == 1:
+        if offsets is None:
+            raise ValueError("offsets has to be a 1D Tensor but got None")
+        _check_cuda("embedding_bag", offsets)
+        if offsets.dim() != 1:
+            raise ValueError("offsets has to be a 1D Tensor")
+        _check_index("embedding_bag", offsets)
+        if offsets.dtype != ids.dtype:  # torch promotes both to the wider type
+            ids, offsets = ids.long(), offsets.long()
+        if include_last_offset and offsets.shape[0] < 1:
+            raise RuntimeError("include_last_offset: numBags should be at least 1")
     else:
-        out = segment_sum(rows, bag, bags, deterministic=deterministic)
-    if mode != "sum":
-        ones = torch.ones((ids.shape[0], 1), dtype=rows.dtype, device=dev)
-        count = segment_sum(ones, bag, bags, deterministic=True)
-        out = out / count.clamp_min(1) if mode == "mean" else torch.where(count > 0, out, torch.zeros_like(out))
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {ids.dim()}")
+    padding_idx = _padding_idx(padding_idx, weight.shape[0], "padding_idx")
+    if max_norm is not None:
+        _renorm_(weight, ids, max_norm, norm_type)
+    det = _deterministic(deterministic)
+    args = (ids, offsets, mode, bool(include_last_offset), padding_idx, bool(scale_grad_by_freq), det)
+    if _grad_mode(weight, per_sample_weights):
+        return _EmbeddingBagFunction.apply(weight, per_sample_weights, *args)
+    psw = per_sample_weights.detach() if per_sample_weights is not None else None
+    return _embedding_bag_fw(weight.detach(), ids, offsets, psw, mode, bool(include_last_offset), padding_idx)[0]
+
+
+def _tri_size(row, col, offset):
+    """ATen's get_tril_size: the elements of tril(ones(row, col), offset)."""
+    if row == 0 or col == 0:
+        return 0
+    first = min(col, 1 + offset) if offset > 0 else int(row + offset > 0)
+    last = max(0, min(col, row + offset))
+    rows_all = max(0, min(row, row + offset))
+    rows_trapezoid = last - first + 1
+    size = (first + last) * rows_trapezoid >> 1
+    if rows_all - rows_trapezoid > 0:
+        size += (rows_all - rows_trapezoid) * col
+    return size
+
+
+def _tri_indices(op, row, col, offset, dtype, device):
+    require_torch()
+    row, col, offset = int(row), int(col), int(offset)
+    if row < 0:
+        raise RuntimeError(f"row must be non-negative, got{row}")
+    if col < 0:
+        raise RuntimeError(f"col must be non-negative, got{col}")
+    dtype = torch.long if dtype is None else dtype
+    if dtype not in (torch.int32, torch.int64):
+        raise RuntimeError(f"baracuda.functional.{op}: dtype expected torch.int32 or torch.int64, got {dtype}")
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    if device.type != "cuda":
+        raise RuntimeError(f"baracuda.functional.{op}: device must be a CUDA device, got {device}")
+    n = _tri_size(row, col, offset) if op == "tril_indices" else row * col - _tri_size(row, col, offset - 1)
+    out = torch.empty((2, n), dtype=dtype, device=device)
+    if n:
+        _run(op, {"out": out}, {"row": row, "col": col, "offset": offset})
     return out
+
+
+def tril_indices(row, col, offset=0, *, dtype=None, device=None, layout=None, pin_memory=False):
+    """torch.tril_indices: [2, n] row and column indices of the lower triangle (below the
+    offset-th diagonal included), in row-major order; one kernel, n from the sizes (no
+    synchronization). dtype int64 (default) or int32; device: the current CUDA device by default."""
+    return _tri_indices("tril_indices", row, col, offset, dtype, device)
+
+
+def triu_indices(row, col, offset=0, *, dtype=None, device=None, layout=None, pin_memory=False):
+    """torch.triu_indices: as tril_indices, for the upper triangle (on and above the offset-th
+    diagonal)."""
+    return _tri_indices("triu_indices", row, col, offset, dtype, device)
+
+
+def meshgrid(*tensors, indexing=None):
+    """torch.meshgrid: each 0-D or 1-D input viewed along its own dim and expanded to the grid
+    (torch returns expanded views too: nothing is copied; ``contiguous`` of a grid copies it with
+    the copy kernel). indexing "ij" (the default) or "xy" (the first two dims swapped).
+    Differentiable through torch's view ops."""
+    require_torch()
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if not tensors:
+        raise RuntimeError("torch.meshgrid: Expected at least one tensor in the list")
+    indexing = "ij" if indexing is None else indexing
+    if indexing not in ("ij", "xy"):
+        raise RuntimeError(f'torch.meshgrid: indexing must be one of "xy" or "ij", but received: {indexing}')
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"torch.meshgrid: expected tensors, got {type(t).__name__}")
+        if t.dim() > 1:
+            raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {t.dim()}-D")
+        if t.dtype != tensors[0].dtype:
+            raise RuntimeError("torch.meshgrid: Expected all tensors in the tensor list to have the same dtype")
+        if t.device != tensors[0].device:
+            raise RuntimeError("torch.meshgrid: Expected all tensors in the tensor list to have the same device")
+    ts = list(tensors)
+    swap = indexing == "xy" and len(ts) >= 2
+    if swap:
+        ts[0], ts[1] = ts[1], ts[0]
+    shape = [t.numel() for t in ts]
+    grids = [t.reshape([-1 if j == i else 1 for j in range(len(ts))]).expand(shape) for i, t in enumerate(ts)]
+    if swap:
+        grids[0], grids[1] = grids[1], grids[0]
+    return tuple(grids)
 
 
 def _segment_args(name, data, segment_ids, num_segments):

@@ -2,9 +2,11 @@
 // by role in a dict ({"x": t, "index": i, "out": y, "error": flag, "inputs": [a, b],
 // "indices": [i0, i1], "mask": m, "count": c}, the IndexArgs field names) and scalar
 // parameters in a second dict (dim, pads, mode, value, shifts, repeats, flip_dims, diagonal,
-// padding_idx, num_segments, reduce, include_self, accumulate, phase, max_count, fill_index and
-// lax's dimension numbers); the descriptor is derived from both: dtype from the output (from x
-// for nonzero / masked_select), shapes from the tensors.
+// padding_idx, num_segments, reduce, include_self, accumulate, phase, max_count, fill_index,
+// lax's dimension numbers, embedding_bag's mode / include_last_offset / scale_grad_by_freq,
+// embedding_renorm's max_norm / norm_type, tril/triu_indices' row / col / offset); the
+// descriptor is derived from both: dtype from the output (from x for nonzero / masked_select /
+// embedding_bag), shapes from the tensors.
 #include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -102,6 +104,16 @@ IndexCall make_call(const std::string& op, bool backward, const nb::dict& tensor
       c.args.count = take("count", true);
     else if (key == "mask")
       c.args.mask = take("mask", false);
+    else if (key == "offsets")
+      c.args.offsets = take("offsets", false);
+    else if (key == "per_sample_weights")
+      c.args.per_sample_weights = take("per_sample_weights", false);
+    else if (key == "weight")
+      c.args.weight = take("weight", false);
+    else if (key == "max_indices")
+      c.args.max_indices = take("max_indices", !backward);  // the forward writes it, the backward reads it
+    else if (key == "grad_per_sample_weights")
+      c.args.grad_per_sample_weights = take("grad_per_sample_weights", true);
     else if (key == "inputs" || key == "indices") {
       auto& list = key == "inputs" ? c.inputs : c.indices;
       size_t i = 0;
@@ -113,7 +125,8 @@ IndexCall make_call(const std::string& op, bool backward, const nb::dict& tensor
       }
     } else {
       fail(c.label + ": unknown tensor role '" + key +
-           "' (expected x, src, index, indices, inputs, mask, out, count, error)");
+           "' (expected x, src, index, indices, inputs, mask, out, count, error, offsets, per_sample_weights, "
+           "weight, max_indices, grad_per_sample_weights)");
     }
   }
   c.args.inputs = c.inputs;
@@ -121,10 +134,14 @@ IndexCall make_call(const std::string& op, bool backward, const nb::dict& tensor
   const bool select_op = *o == IndexOp::nonzero || *o == IndexOp::masked_select;
   const SelectPhase phase =
       enum_param<SelectPhase>(c.label, params, "phase", SelectPhase::all, phase_from_name, "all, count or write");
-  if (!have_out && !(select_op && phase == SelectPhase::count)) fail(c.label + ": expected an 'out' tensor");
+  const bool bag = *o == IndexOp::embedding_bag;
+  // embedding_bag's backward may write grad_per_sample_weights alone.
+  const bool out_optional =
+      (select_op && phase == SelectPhase::count) || (bag && backward && c.args.grad_per_sample_weights.data);
+  if (!have_out && !out_optional) fail(c.label + ": expected an 'out' tensor");
   // The data dtype: the output's, except where the output is of another kind (nonzero's int64
-  // coordinates) or absent (the count phase).
-  const DType dt = select_op ? c.args.x.dtype : c.args.out.dtype;
+  // coordinates) or may be absent (the count phase, embedding_bag's backward).
+  const DType dt = select_op || bag ? c.args.x.dtype : c.args.out.dtype;
   const DType it = c.args.index.data || c.args.index.layout.rank ? c.args.index.dtype
                    : !c.indices.empty()                          ? c.indices[0].dtype
                                                                  : DType::s64;
@@ -177,7 +194,42 @@ IndexCall make_call(const std::string& op, bool backward, const nb::dict& tensor
       const Shape& table = backward ? os : xs;
       if (table.rank != 2) fail(c.label + ": weight expected 2-d, got shape " + table.str());
       c.desc = IndexDesc::embedding(dt, it, table.dims[0], table.dims[1], is, param<int64_t>(params, "padding_idx", -1),
-                                    dir);
+                                    dir, param<bool>(params, "scale_grad_by_freq", false));
+      break;
+    }
+    case IndexOp::embedding_bag: {
+      // The table: the weight (forward), grad_weight or, without it, the weight read for
+      // grad_per_sample_weights (backward).
+      const Shape table = !backward ? xs : have_out ? os : Shape::of(c.args.weight.layout);
+      if (table.rank != 2) fail(c.label + ": weight expected 2-d, got shape " + table.str());
+      const std::string mode = param<std::string>(params, "mode", "mean");
+      ScatterReduce red = ScatterReduce::sum;
+      if (mode == "mean")
+        red = ScatterReduce::mean;
+      else if (mode == "max")
+        red = ScatterReduce::amax;
+      else if (mode != "sum")
+        fail(c.label + ": mode expected sum, mean or max, got '" + mode + "'");
+      EmbeddingBagOptions opt;
+      opt.include_last_offset = param<bool>(params, "include_last_offset", false);
+      opt.per_sample_weights = c.args.per_sample_weights.data != nullptr || c.args.per_sample_weights.layout.rank != 0;
+      opt.padding_idx = param<int64_t>(params, "padding_idx", -1);
+      opt.scale_grad_by_freq = param<bool>(params, "scale_grad_by_freq", false);
+      const int64_t num_offsets = c.args.offsets.layout.rank == 1 ? c.args.offsets.layout.shape[0] : 0;
+      c.desc = IndexDesc::embedding_bag(dt, it, table.dims[0], table.dims[1], is, num_offsets, red, opt, dir);
+      break;
+    }
+    case IndexOp::embedding_renorm:
+      if (os.rank != 2) fail(c.label + ": weight (out) expected 2-d, got shape " + os.str());
+      c.desc = IndexDesc::embedding_renorm(dt, it, os.dims[0], os.dims[1], is, param<double>(params, "max_norm", 0.0),
+                                           param<double>(params, "norm_type", 2.0));
+      break;
+    case IndexOp::tril_indices:
+    case IndexOp::triu_indices: {
+      const int64_t row = param<int64_t>(params, "row", 0), col = param<int64_t>(params, "col", 0);
+      const int64_t off = param<int64_t>(params, "offset", 0);
+      c.desc = *o == IndexOp::tril_indices ? IndexDesc::tril_indices(dt, row, col, off)
+                                           : IndexDesc::triu_indices(dt, row, col, off);
       break;
     }
     case IndexOp::scatter_add:
@@ -275,7 +327,12 @@ nb::list index_ops_rows() {
   for (const auto& r : index_ops()) {
     nb::dict d;
     d["name"] = r.name;
-    d["engine"] = r.engine == IndexEngine::copy ? "copy" : r.engine == IndexEngine::gather ? "gather" : "scatter";
+    d["engine"] = r.engine == IndexEngine::copy       ? "copy"
+                  : r.engine == IndexEngine::gather   ? "gather"
+                  : r.engine == IndexEngine::select   ? "select"
+                  : r.engine == IndexEngine::rows     ? "rows"
+                  : r.engine == IndexEngine::generate ? "generate"
+                                                      : "scatter";
     d["fw_dtypes"] = dtype_names(r.fw_dtypes);
     d["bw_dtypes"] = dtype_names(r.bw_dtypes);
     d["index"] = r.takes_index;
@@ -308,11 +365,13 @@ void bind_index(nb::module_& m) {
       nb::arg("op"), nb::arg("backward"), nb::arg("tensors"), nb::arg("params"), nb::arg("stream") = 0,
       nb::arg("workspace") = nb::none(), nb::arg("deterministic") = false, nb::arg("vectorized") = true,
       "Runs an indexing-family plan (cached by descriptor) on `stream`. `tensors` maps IndexArgs roles (x, src, "
-      "index, indices (a list), inputs (a list), mask, out, count, error) to tensors; `params` holds dim, pads, mode, "
-      "value, shifts, repeats, flip_dims, diagonal, padding_idx, num_segments, reduce, include_self, accumulate, "
-      "phase (all / count / write), max_count, fill_index, offset_dims, collapsed_slice_dims, start_index_map, "
-      "slice_sizes, update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims, index_vector_dim. "
-      "`deterministic` = PlanPreference::require_deterministic.");
+      "index, indices (a list), inputs (a list), mask, out, count, error, offsets, per_sample_weights, weight, "
+      "max_indices, grad_per_sample_weights) to tensors; `params` holds dim, pads, mode, value, shifts, repeats, "
+      "flip_dims, diagonal, padding_idx, num_segments, reduce, include_self, accumulate, phase (all / count / "
+      "write), max_count, fill_index, offset_dims, collapsed_slice_dims, start_index_map, slice_sizes, "
+      "update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims, index_vector_dim, "
+      "include_last_offset, scale_grad_by_freq, max_norm, norm_type, row, col, offset (embedding_bag's mode is "
+      "'sum', 'mean' or 'max'). `deterministic` = PlanPreference::require_deterministic.");
   m.def(
       "index_workspace_size",
       [](const std::string& op, bool backward, nb::dict tensors, nb::dict params, bool deterministic) {

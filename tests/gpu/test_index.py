@@ -492,26 +492,274 @@ def test_embedding_backward(dt, it):
     torch.testing.assert_close(runs[0], rw.to(dt), rtol=rtol, atol=1e-5)
 
 
-@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
-@pytest.mark.parametrize("dt", [torch.float32, torch.float64], ids=str)
-def test_embedding_bag(mode, dt):
-    w = randf((30, 16), dt, "bag", mode).requires_grad_()
-    ids = rand_index((25,), 30, torch.int64, "bag-ids")
-    cases = [dict(offsets=idx([0, 3, 3, 10, 24], torch.int64)),  # an empty bag
-             dict(offsets=idx([0, 4, 9, 25], torch.int64), include_last_offset=True),
-             dict(offsets=idx([0, 5, 11], torch.int64), padding_idx=int(ids[2]))]
-    if mode == "sum":
-        cases.append(dict(offsets=idx([0, 7, 12], torch.int64), per_sample_weights=randf((25,), dt, "psw")))
-    for kw in cases:
-        got = F.embedding_bag(ids, w, mode=mode, **kw)
-        ref = tF.embedding_bag(ids, w, mode=mode, **kw)
-        torch.testing.assert_close(got, ref, msg=lambda m: f"embedding_bag {mode} {sorted(kw)}: {m}")
-        g = randf(ref.shape, dt, "bag-g", mode, len(kw))
+# ---- embedding max_norm / scale_grad_by_freq, the fused embedding_bag ------------------------------------
+TOL = {torch.float32: dict(rtol=1.3e-6, atol=1e-5), torch.float64: dict(rtol=1e-7, atol=1e-7),
+       torch.float16: dict(rtol=1e-3, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-5)}
+# Gradients summed over many ids in another order than the reference's: the atomic path adds in
+# the storage dtype (f16 / bf16 round every add), the sorted one sums a run in f32 and rounds once.
+SUM_TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-12, atol=1e-12),
+           torch.float16: dict(rtol=5e-3, atol=5e-3), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2)}
+UPCAST = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.float32: torch.float64,
+          torch.float64: torch.float64}
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0])
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", FLOATS, ids=str)
+def test_embedding_max_norm_vs_torch(dt, it, p):
+    """torch.embedding_renorm_ through F.embedding(max_norm=...): the referenced rows whose norm
+    exceeds max_norm are rescaled in place (each once, duplicates included), the others and the
+    unreferenced rows are untouched; then the lookup and its backward (padding_idx too)."""
+    w0 = randf((50, 24), dt, "renorm", dt) * 2
+    ids = rand_index((6, 11), 50, it, "renorm-ids")  # duplicates
+    for padding_idx in (None, 3):
+        w, wr = w0.clone().requires_grad_(), w0.clone().requires_grad_()
+        got = F.embedding(ids, w, padding_idx=padding_idx, max_norm=1.0, norm_type=p)
+        ref = tF.embedding(ids.long(), wr, padding_idx=padding_idx, max_norm=1.0, norm_type=p)
+        torch.testing.assert_close(w.detach(), wr.detach(), **TOL[dt], msg=lambda m: f"renormed weight: {m}")
+        untouched = torch.ones(50, dtype=torch.bool, device=DEV)
+        untouched[ids.long().reshape(-1)] = False
+        same_bits(w.detach()[untouched], w0[untouched], "rows no id references stay as they were")
+        torch.testing.assert_close(got, ref, **TOL[dt])
+        g = randf(got.shape, dt, "renorm-g")
         (gw,) = torch.autograd.grad(got, w, g)
-        (rw,) = torch.autograd.grad(ref, w, g)
-        torch.testing.assert_close(gw, rw, msg=lambda m: f"embedding_bag backward {mode} {sorted(kw)}: {m}")
-    ids2 = rand_index((6, 4), 30, torch.int32, "bag2")
-    torch.testing.assert_close(F.embedding_bag(ids2, w, mode=mode), tF.embedding_bag(ids2.long(), w, mode=mode))
+        (rw,) = torch.autograd.grad(ref, wr, g)
+        torch.testing.assert_close(gw, rw, **SUM_TOL[dt])
+
+
+@pytest.mark.parametrize("p", [3.0, float("inf"), 0.5])
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64], ids=str)
+def test_embedding_renorm_other_norms(dt, p):
+    """p other than 1, 2: the norm of |x| (torch's CPU definition; its CUDA kernel drops the |.|
+    there, so the reference is torch on the CPU)."""
+    w0 = randf((40, 17), dt, "renorm-p", p)
+    ids = rand_index((30,), 40, torch.int64, "renorm-p-ids")
+    w = w0.clone()
+    assert F.embedding_renorm_(w, ids, 0.8, p) is w
+    ref = torch.embedding_renorm_(w0.cpu().clone(), ids.cpu(), 0.8, p)
+    torch.testing.assert_close(w.cpu(), ref, **TOL[dt])
+    assert not torch.equal(w, w0), "degenerate case: nothing was rescaled"
+
+
+def test_embedding_renorm_errors_and_edges():
+    w = randf((10, 4), torch.float32, "renorm-e")
+    keep = w.clone()
+    with pytest.raises(IndexError):
+        F.embedding_renorm_(w, idx([1, 10], torch.int64), 1.0, 2.0)
+    F.embedding_renorm_(w, idx([], torch.int64), 0.1, 2.0)  # no ids: nothing happens
+    same_bits(w, keep, "no ids")
+    F.embedding_renorm_(w, idx([2, 2, 2], torch.int32), 1e9, 2.0)  # nothing exceeds max_norm
+    same_bits(w, keep, "max_norm above every norm")
+
+
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", FLOATS, ids=str)
+def test_embedding_scale_grad_by_freq(dt, it):
+    w = randf((40, 48), dt, "sgf", dt).requires_grad_()
+    ids = rand_index((9, 31), 40, it, "sgf-ids")
+    g = randf((9, 31, 48), dt, "sgf-g")
+    for padding_idx in (None, 5):
+        (gw,) = torch.autograd.grad(F.embedding(ids, w, padding_idx=padding_idx, scale_grad_by_freq=True), w, g)
+        (rw,) = torch.autograd.grad(tF.embedding(ids.long(), w, padding_idx=padding_idx, scale_grad_by_freq=True), w,
+                                    g)
+        torch.testing.assert_close(gw, rw, **SUM_TOL[dt])
+    runs = [torch.autograd.grad(F.embedding(ids, w, scale_grad_by_freq=True), w, g)[0] for _ in range(2)]
+    same_bits(runs[0], runs[1], "scale_grad_by_freq repeatability")
+
+
+BAG_CASES = [  # (name, ids shape or L, offsets, kwargs)
+    ("empty-bag", 25, [0, 3, 3, 10, 24], {}),
+    ("last-offset", 25, [0, 4, 9, 25], dict(include_last_offset=True)),
+    ("padding", 25, [0, 5, 11], dict(padding_idx=2)),
+    ("padding-neg", 25, [0, 5, 11, 11], dict(padding_idx=-1)),
+    ("one-bag", 40, [0], {}),
+    ("trailing-empty", 25, [0, 25, 25], {}),
+    ("2d", (6, 4), None, {}),
+    ("2d-padding", (7, 5), None, dict(padding_idx=0)),
+    ("2d-last-offset", (6, 4), None, dict(include_last_offset=True)),
+    ("no-ids", 0, [0, 0, 0], {}),
+]
+
+
+def _bag_inputs(case, it, dt, n=30, mode="sum", with_psw=False):
+    name, shape, offs, kw = case
+    shape = (shape,) if isinstance(shape, int) else shape
+    ids = rand_index(shape, n, it, "bag-ids", name)
+    if kw.get("padding_idx") is not None and ids.numel():
+        ids.view(-1)[::4] = kw["padding_idx"] % n  # padding entries, some bags entirely of them possible
+    offsets = idx(offs, it) if offs is not None else None
+    psw = randf(shape, dt, "bag-psw", name) if with_psw else None
+    return ids, offsets, psw, dict(kw)
+
+
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", FLOATS, ids=str)
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_vs_torch(mode, dt, it):
+    """The fused kernel, forward and backward, vs torch on the inputs upcast (f32 for f16 / bf16,
+    f64 for f32) and cast back: empty bags, include_last_offset, padding_idx (left out of bags and
+    of mean's count), 2-D input, no ids, per_sample_weights (sum), int32 and int64 ids and
+    offsets, every float dtype, rows of 16-byte vectors (D = 64) and not (D = 7)."""
+    up = UPCAST[dt]
+    for D in (64, 7):
+        w = randf((30, D), dt, "bag-w", D).requires_grad_()
+        wu = w.detach().to(up).requires_grad_()
+        for case in BAG_CASES:
+            for with_psw in ([False, True] if mode == "sum" else [False]):
+                ids, offsets, psw, kw = _bag_inputs(case, it, dt, mode=mode, with_psw=with_psw)
+                psw_ours = psw.clone().requires_grad_() if psw is not None else None
+                psw_ref = psw.to(up).requires_grad_() if psw is not None else None
+                what = f"{mode} D={D} {case[0]} psw={with_psw}"
+                got = F.embedding_bag(ids, w, offsets, mode=mode, per_sample_weights=psw_ours, **kw)
+                ref = tF.embedding_bag(ids.long(), wu, offsets.long() if offsets is not None else None, mode=mode,
+                                       per_sample_weights=psw_ref, **kw)
+                assert got.shape == ref.shape, what
+                if mode == "max":  # the max of upcast values is exact
+                    same_bits(got, ref.detach().to(dt), f"forward {what}")
+                else:
+                    torch.testing.assert_close(got, ref.detach().to(dt), **TOL[dt],
+                                               msg=lambda m: f"forward {what}: {m}")
+                if not got.numel():
+                    continue
+                g = randf(ref.shape, dt, "bag-g", what)
+                inputs = (w,) + ((psw_ours,) if psw is not None else ())
+                rinputs = (wu,) + ((psw_ref,) if psw is not None else ())
+                grads = torch.autograd.grad(got, inputs, g)
+                rgrads = torch.autograd.grad(ref, rinputs, g.to(up))
+                for a, b, n in zip(grads, rgrads, ("weight", "per_sample_weights")):
+                    torch.testing.assert_close(a, b.to(dt), **SUM_TOL[dt], msg=lambda m: f"{n} grad {what}: {m}")
+
+
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+def test_embedding_bag_max_indices(it):
+    """max's argmax ids (torch's max_indices, the first maximum per feature; -1 for empty bags)."""
+    w = make((20, 16), torch.float32, "bagmax", lo=-3, hi=3)  # many ties
+    ids = rand_index((30,), 20, it, "bagmax-ids")
+    offsets = idx([0, 4, 4, 17, 29], it)
+    out, mi = BI._embedding_bag_fw(w, ids, offsets, None, "max", False, 3)
+    r_out, _, _, r_mi = torch.embedding_bag(w, ids.long(), offsets.long(), False, 2, False, None, False, 3)
+    same_bits(out, r_out, "max values")
+    same_bits(mi.long(), r_mi.long(), "max indices")
+    assert mi.dtype == ids.dtype
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=str)
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_deterministic(mode, dt):
+    """deterministic=True: the sorted backward (max: the sorted scatter), bit-identical across runs
+    and close to the atomic path; scale_grad_by_freq (sorted always) vs torch."""
+    w = randf((200, 96), dt, "bagdet").requires_grad_()
+    ids = rand_index((3000,), 200, torch.int64, "bagdet-ids")  # ~15 per row: real reductions
+    offsets = torch.arange(0, 3000, 12, device=DEV)
+    g = randf((250, 96), dt, "bagdet-g")
+    runs = [torch.autograd.grad(F.embedding_bag(ids, w, offsets, mode=mode, deterministic=True), w, g)[0]
+            for _ in range(3)]
+    for r in runs[1:]:
+        same_bits(r, runs[0], f"{mode} deterministic backward")
+    (atomic,) = torch.autograd.grad(F.embedding_bag(ids, w, offsets, mode=mode, deterministic=False), w, g)
+    torch.testing.assert_close(atomic, runs[0], **SUM_TOL[dt])
+    (ref,) = torch.autograd.grad(tF.embedding_bag(ids, w, offsets, mode=mode), w, g)
+    torch.testing.assert_close(runs[0], ref, **SUM_TOL[dt])
+    if mode != "max":
+        (got,) = torch.autograd.grad(F.embedding_bag(ids, w, offsets, mode=mode, scale_grad_by_freq=True), w, g)
+        (ref,) = torch.autograd.grad(tF.embedding_bag(ids, w, offsets, mode=mode, scale_grad_by_freq=True), w, g)
+        torch.testing.assert_close(got, ref, **SUM_TOL[dt])
+    sku = BI.index_sku("embedding_bag", {"x": g, "index": ids, "offsets": offsets, "out": torch.empty_like(w),
+                                         **({"max_indices": torch.empty(250, 96, dtype=torch.int64, device=DEV)}
+                                            if mode == "max" else {})},
+                       {"mode": mode}, backward=True, deterministic=True)
+    assert "sorted" in sku, sku
+
+
+def test_embedding_bag_max_norm_strided_and_errors():
+    """max_norm renorms before the bags (weight changed in place as torch's); strided weight and
+    non-contiguous ids; out-of-range ids and bad offsets raise IndexError."""
+    w0 = randf((30, 40), torch.float32, "bagmn") * 2
+    ids = rand_index((25,), 30, torch.int64, "bagmn-ids")
+    offsets = idx([0, 5, 9, 20], torch.int64)
+    w, wr = w0.clone(), w0.clone()
+    torch.testing.assert_close(F.embedding_bag(ids, w, offsets, max_norm=1.0),
+                               tF.embedding_bag(ids, wr, offsets, max_norm=1.0))
+    torch.testing.assert_close(w, wr)
+    big = randf((30, 50), torch.float32, "bagmn-s")
+    ws = big[:, 3:43]  # rows 50 apart, misaligned: the scalar path
+    ids2 = rand_index((50,), 30, torch.int64, "bagmn-ids2")[::2]
+    torch.testing.assert_close(F.embedding_bag(ids2, ws, offsets, mode="sum"),
+                               tF.embedding_bag(ids2, ws, offsets, mode="sum"))
+    with pytest.raises(IndexError):
+        F.embedding_bag(idx([1, 30, 2], torch.int64), w0, idx([0, 1], torch.int64))
+    with pytest.raises(IndexError):
+        F.embedding_bag(idx([1, 2, 2], torch.int64), w0, idx([0, 2, 1], torch.int64))  # decreasing offsets
+    with pytest.raises(IndexError):
+        F.embedding_bag(idx([1, 2, 2], torch.int64), w0, idx([0, 7], torch.int64))  # past the ids
+    with pytest.raises(ValueError):
+        F.embedding_bag(idx([1, 2], torch.int64), w0, idx([0], torch.int64), mode="max", scale_grad_by_freq=True)
+    with pytest.raises(NotImplementedError):
+        F.embedding_bag(idx([1, 2], torch.int64), w0, idx([0], torch.int64), mode="mean",
+                        per_sample_weights=randf((2,), torch.float32, "x"))
+
+
+# ---- meshgrid, tril/triu_indices -------------------------------------------------------------------------
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+def test_meshgrid(indexing):
+    a = make((5,), torch.float32, "mg-a")
+    b = make((3,), torch.float32, "mg-b")
+    c = make((), torch.float32, "mg-c")
+    e = make((0,), torch.float32, "mg-e")
+    for ts in [(a,), (a, b), (a, b, c), (c, a, b), (a, e, b), (a[::2], b)]:
+        got = F.meshgrid(*ts, indexing=indexing)
+        ref = torch.meshgrid(*ts, indexing=indexing)
+        assert len(got) == len(ref)
+        for x, y in zip(got, ref):
+            assert x.shape == y.shape, (x.shape, y.shape)
+            if y.numel():  # expanded views, as torch's
+                assert x.stride() == y.stride(), (x.stride(), y.stride())
+            same_bits(F.contiguous(x), y.contiguous(), f"meshgrid {indexing} through the copy kernel")
+    assert F.meshgrid([a, b], indexing=indexing)[0].shape == torch.meshgrid([a, b], indexing=indexing)[0].shape
+    x = randf((4,), torch.float64, "mg-x").requires_grad_()
+    y = randf((6,), torch.float64, "mg-y").requires_grad_()
+    gx, gy = F.meshgrid(x, y, indexing=indexing)
+    w = randf(gx.shape, torch.float64, "mg-w")
+    got = torch.autograd.grad((gx * w + gy * w * w).sum(), (x, y))
+    rx, ry = torch.meshgrid(x, y, indexing=indexing)
+    ref = torch.autograd.grad((rx * w + ry * w * w).sum(), (x, y))
+    for p, q in zip(got, ref):
+        torch.testing.assert_close(p, q)
+    with pytest.raises(RuntimeError):
+        F.meshgrid(a, make((2, 2), torch.float32, "mg-2d"))
+    with pytest.raises(RuntimeError):
+        F.meshgrid(a, b, indexing="yx")
+
+
+@pytest.mark.parametrize("dt", INDEX_DTYPES, ids=str)
+def test_tril_triu_indices(dt):
+    sizes = [(0, 0), (0, 5), (5, 0), (1, 1), (3, 3), (4, 7), (7, 4), (13, 29), (129, 33), (1000, 700)]
+    for row, col in sizes:
+        for offset in sorted({0, 1, -1, 2, -3, col, -row, col + 5, -row - 5, col - 1, 1 - row}):
+            for name in ("tril_indices", "triu_indices"):
+                got = getattr(F, name)(row, col, offset, dtype=dt)
+                ref = getattr(torch, name)(row, col, offset, dtype=dt, device=DEV)
+                assert got.dtype == dt and got.device.type == "cuda"
+                same_bits(got, ref, f"{name}({row}, {col}, {offset})")
+    with pytest.raises(RuntimeError):
+        F.tril_indices(-1, 3)
+    with pytest.raises(RuntimeError):
+        F.triu_indices(3, 3, dtype=torch.float32)
+
+
+@pytest.mark.slow
+def test_tril_indices_past_2_31_pairs():
+    """A triangle of ~2.45e9 pairs (int32 values, int64 positions): the closed-form row in double,
+    corrected in integers, stays exact far from the origin."""
+    free, _ = torch.cuda.mem_get_info()
+    if free < 45 * (1 << 30):
+        pytest.skip("needs 45 GiB free")
+    for name, offset in (("tril_indices", 17), ("triu_indices", -17)):
+        got = getattr(F, name)(70000, 70000, offset, dtype=torch.int32)
+        ref = getattr(torch, name)(70000, 70000, offset, dtype=torch.int32, device=DEV)
+        assert got.shape[1] > 2**31
+        assert torch.equal(got, ref), name
+        del got, ref
 
 
 @pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)

@@ -27,14 +27,41 @@ bool contains_text(const std::string& s, const std::string& part) { return s.fin
 
 // ---- table and coverage ------------------------------------------------------------------------
 TEST(IndexTable, RowsAndNames) {
-  for (const char* n : {"copy",           "cat",          "stack",        "pad",
-                        "flip",           "roll",         "tile",         "repeat_interleave",
-                        "triu",           "tril",         "gather",       "index_select",
-                        "embedding",      "scatter",      "scatter_add",  "index_copy",
-                        "index_add",      "segment_sum",  "segment_max",  "segment_min",
-                        "scatter_reduce", "segment_prod", "segment_mean", "index",
-                        "index_put",      "one_hot",      "nonzero",      "masked_select",
-                        "masked_scatter", "lax_gather",   "lax_scatter"}) {
+  for (const char* n : {"copy",
+                        "cat",
+                        "stack",
+                        "pad",
+                        "flip",
+                        "roll",
+                        "tile",
+                        "repeat_interleave",
+                        "triu",
+                        "tril",
+                        "gather",
+                        "index_select",
+                        "embedding",
+                        "scatter",
+                        "scatter_add",
+                        "index_copy",
+                        "index_add",
+                        "segment_sum",
+                        "segment_max",
+                        "segment_min",
+                        "scatter_reduce",
+                        "segment_prod",
+                        "segment_mean",
+                        "index",
+                        "index_put",
+                        "one_hot",
+                        "nonzero",
+                        "masked_select",
+                        "masked_scatter",
+                        "lax_gather",
+                        "lax_scatter",
+                        "embedding_bag",
+                        "embedding_renorm",
+                        "tril_indices",
+                        "triu_indices"}) {
     auto op = index_op_from_name(n);
     ASSERT_TRUE(op.has_value()) << n;
     EXPECT_STREQ(info(*op).name, n);
@@ -51,6 +78,11 @@ TEST(IndexTable, RowsAndNames) {
   EXPECT_FALSE(info(IndexOp::pad).takes_index);
   EXPECT_EQ(pad_mode_from_name("reflect"), PadMode::reflect);
   EXPECT_FALSE(pad_mode_from_name("mirror").has_value());
+  EXPECT_EQ(info(IndexOp::embedding_bag).engine, IndexEngine::rows);
+  EXPECT_EQ(info(IndexOp::embedding_renorm).engine, IndexEngine::rows);
+  EXPECT_EQ(info(IndexOp::tril_indices).engine, IndexEngine::generate);
+  EXPECT_TRUE(info(IndexOp::embedding_bag).reports_errors);
+  EXPECT_FALSE(info(IndexOp::triu_indices).takes_index);
 }
 
 TEST(IndexCoverage, DeclaredEqualsAccepted) {
@@ -849,4 +881,268 @@ TEST(IndexLax, ScatterRefusals) {
 }
 
 }  // namespace
+}  // namespace baracuda
+
+namespace baracuda {
+namespace {
+// ---- embedding_bag, embedding_renorm, tril/triu_indices (rows / generate engines) ----------------
+IndexDesc bag_desc(ScatterReduce mode, Direction dir = Direction::Forward, EmbeddingBagOptions opt = {},
+                   DType dt = DType::f32) {
+  // 25 ids in 4 bags (5 offsets with include_last_offset) of a [30, 16] table
+  return IndexDesc::embedding_bag(dt, DType::s64, 30, 16, Shape::of({25}), opt.include_last_offset ? 5 : 4, mode, opt,
+                                  dir);
+}
+
+IndexArgs bag_args(const IndexDesc& d, DType dt = DType::f32) {
+  IndexArgs a;
+  const bool bw = d.direction == Direction::Backward;
+  a.x = ref_of(0, dt,
+               Layout::contiguous(bw ? std::initializer_list<int64_t>{4, 16} : std::initializer_list<int64_t>{30, 16}));
+  a.index = ref_of(1, DType::s64, Layout::contiguous({25}));
+  a.offsets = ref_of(2, DType::s64, Layout::contiguous({d.include_last_offset ? 5 : 4}));
+  a.out = mut_of(
+      3, dt, Layout::contiguous(bw ? std::initializer_list<int64_t>{30, 16} : std::initializer_list<int64_t>{4, 16}));
+  if (d.reduce == ScatterReduce::amax) a.max_indices = mut_of(4, DType::s64, Layout::contiguous({4, 16}));
+  if (d.per_sample_weights) a.per_sample_weights = ref_of(5, dt, Layout::contiguous({25}));
+  return a;
+}
+}  // namespace
+
+TEST(IndexRows, Descriptors) {
+  const IndexDesc f = bag_desc(ScatterReduce::mean);
+  EXPECT_EQ(f.out_shape, Shape::of({4, 16}));
+  EXPECT_EQ(f.num_segments, 4);
+  EmbeddingBagOptions last;
+  last.include_last_offset = true;
+  EXPECT_EQ(bag_desc(ScatterReduce::sum, Direction::Forward, last).num_segments, 4);  // 5 offsets, 4 bags
+  const IndexDesc b = bag_desc(ScatterReduce::sum, Direction::Backward);
+  EXPECT_EQ(b.in_shape, Shape::of({4, 16}));
+  EXPECT_EQ(b.out_shape, Shape::of({30, 16}));
+  const IndexDesc two_d =
+      IndexDesc::embedding_bag(DType::bf16, DType::s32, 30, 8, Shape::of({6, 3}), 0, ScatterReduce::amax);
+  EXPECT_EQ(two_d.out_shape, Shape::of({6, 8}));
+  EXPECT_TRUE(IndexPlan::select(kTarget, two_d).ok());
+
+  // tril / triu of a 4 x 8 matrix: 1 + 2 + 3 + 4 and 8 + 7 + 6 + 5 pairs
+  EXPECT_EQ(IndexDesc::tril_indices(DType::s64, 4, 8).out_shape, Shape::of({2, 10}));
+  EXPECT_EQ(IndexDesc::triu_indices(DType::s64, 4, 8).out_shape, Shape::of({2, 26}));
+  EXPECT_EQ(IndexDesc::tril_indices(DType::s64, 4, 8, -2).out_shape, Shape::of({2, 3}));
+  EXPECT_EQ(IndexDesc::triu_indices(DType::s32, 4, 8, 6).out_shape, Shape::of({2, 3}));
+  EXPECT_EQ(IndexDesc::tril_indices(DType::s64, 0, 8).out_shape, Shape::of({2, 0}));
+  EXPECT_EQ(IndexDesc::triu_indices(DType::s64, 5, 3, -10).out_shape, Shape::of({2, 15}));
+}
+
+TEST(IndexRows, DescriptorRefusals) {
+  auto r = IndexPlan::select(kTarget, bag_desc(ScatterReduce::prod));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "embedding_bag: mode expected sum, mean or max (amax), got prod");
+  EmbeddingBagOptions psw;
+  psw.per_sample_weights = true;
+  r = IndexPlan::select(kTarget, bag_desc(ScatterReduce::mean, Direction::Forward, psw));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "per_sample_weights expects mode sum, got mean");
+  EmbeddingBagOptions sgf;
+  sgf.scale_grad_by_freq = true;
+  r = IndexPlan::select(kTarget, bag_desc(ScatterReduce::amax, Direction::Backward, sgf));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "scale_grad_by_freq expects mode sum or mean, got max");
+  EmbeddingBagOptions pad;
+  pad.padding_idx = 30;
+  r = IndexPlan::select(kTarget, bag_desc(ScatterReduce::sum, Direction::Forward, pad));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "padding_idx expected -1 (none) or in [0, 30)", "got 30");
+  EmbeddingBagOptions last;
+  last.include_last_offset = true;
+  r = IndexPlan::select(
+      kTarget, IndexDesc::embedding_bag(DType::f32, DType::s64, 30, 16, Shape::of({25}), 0, ScatterReduce::sum, last));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "include_last_offset expects at least 1 offset, got 0");
+  r = IndexPlan::select(
+      kTarget, IndexDesc::embedding_bag(DType::f32, DType::s64, 30, 16, Shape::of({2, 3, 4}), 0, ScatterReduce::sum));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "input expected 1-d (with offsets) or 2-d (bags x ids), got rank 3");
+  r = IndexPlan::select(kTarget, IndexDesc::embedding_bag(DType::f32, DType::s64, 30, 16, Shape::of({5, 5}), 0,
+                                                          ScatterReduce::sum, last));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "include_last_offset expects 1-d ids with offsets, got 2-d ids");
+  r = IndexPlan::select(
+      kTarget, IndexDesc::embedding_bag(DType::f32, DType::f32, 30, 16, Shape::of({25}), 4, ScatterReduce::sum));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "index dtype expected int32 or int64, got float32");
+  r = IndexPlan::select(kTarget, bag_desc(ScatterReduce::sum, Direction::Forward, {}, DType::s32));
+  EXPECT_FAILS_WITH(r, Status::Unsupported, "embedding_bag: dtype expected one of {", "got int32");
+
+  r = IndexPlan::select(kTarget, IndexDesc::embedding_renorm(DType::f32, DType::s64, 10, 8, Shape::of({3}), 1.0, 0));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "embedding_renorm: norm_type expected > 0");
+  IndexDesc rb = IndexDesc::embedding_renorm(DType::f32, DType::s64, 10, 8, Shape::of({3}), 1.0);
+  rb.direction = Direction::Backward;
+  EXPECT_FAILS_WITH(IndexPlan::select(kTarget, rb), Status::Unsupported, "embedding_renorm has no backward plan");
+
+  r = IndexPlan::select(kTarget, IndexDesc::tril_indices(DType::s64, -1, 3));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "tril_indices: row expected >= 0, got -1");
+  r = IndexPlan::select(kTarget, IndexDesc::triu_indices(DType::s64, 3, -2));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "triu_indices: col expected >= 0, got -2");
+  r = IndexPlan::select(kTarget, IndexDesc::tril_indices(DType::s64, int64_t{1} << 40, int64_t{1} << 40));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "overflows int64");
+  r = IndexPlan::select(kTarget, IndexDesc::tril_indices(DType::s32, 2, int64_t{1} << 32));
+  EXPECT_FAILS_WITH(r, Status::InvalidProblem, "expected to fit dtype int32");
+  r = IndexPlan::select(kTarget, IndexDesc::tril_indices(DType::f32, 2, 3));
+  EXPECT_FAILS_WITH(r, Status::Unsupported, "tril_indices: dtype expected one of {int32, int64}, got float32");
+}
+
+TEST(IndexRows, PathsAndPrecision) {
+  auto fw = IndexPlan::select(kTarget, bag_desc(ScatterReduce::sum));
+  ASSERT_TRUE(fw.ok()) << fw.message();
+  EXPECT_EQ(fw->workspace_size(), 0u);
+  EXPECT_TRUE(fw->precision().deterministic);
+  EXPECT_EQ(fw->precision().accumulator, DType::f32);
+  EXPECT_TRUE(contains_text(fw->sku().layout, "bag-forward"));
+  EXPECT_TRUE(contains_text(fw->sku().epilogue, "mode=sum"));
+
+  auto atomic = IndexPlan::select(kTarget, bag_desc(ScatterReduce::mean, Direction::Backward));
+  ASSERT_TRUE(atomic.ok()) << atomic.message();
+  EXPECT_FALSE(atomic->sorted());
+  EXPECT_FALSE(atomic->precision().deterministic);
+  EXPECT_EQ(atomic->workspace_size(), 0u);
+  EXPECT_TRUE(contains_text(atomic->sku().layout, "bag-backward-atomic"));
+
+  PlanPreference det;
+  det.require_deterministic = true;
+  auto sorted = IndexPlan::select(kTarget, bag_desc(ScatterReduce::mean, Direction::Backward), det);
+  ASSERT_TRUE(sorted.ok());
+  EXPECT_TRUE(sorted->sorted());
+  EXPECT_TRUE(sorted->precision().bit_stable);
+  EXPECT_GE(sorted->workspace_size(), 5u * 25 * 8 + 4 * 8);  // keys, positions, bag of each position, bag sizes
+  EXPECT_TRUE(contains_text(sorted->sku().layout, "bag-backward-sorted"));
+
+  EmbeddingBagOptions sgf;
+  sgf.scale_grad_by_freq = true;
+  auto freq = IndexPlan::select(kTarget, bag_desc(ScatterReduce::sum, Direction::Backward, sgf));
+  ASSERT_TRUE(freq.ok());
+  EXPECT_TRUE(freq->sorted());  // the counts come from the sorted runs
+  EXPECT_TRUE(contains_text(freq->precision().note, "divided by its id's count"));
+
+  auto mx = IndexPlan::select(kTarget, bag_desc(ScatterReduce::amax, Direction::Backward));
+  ASSERT_TRUE(mx.ok());
+  EXPECT_EQ(mx->sku().layout, "bag-max-scatter-atomic");
+  auto mxs = IndexPlan::select(kTarget, bag_desc(ScatterReduce::amax, Direction::Backward), det);
+  ASSERT_TRUE(mxs.ok());
+  EXPECT_EQ(mxs->sku().layout, "bag-max-scatter-sorted");
+  EXPECT_GE(mxs->workspace_size(), 4u * 4 * 16 * 8);
+
+  auto renorm =
+      IndexPlan::select(kTarget, IndexDesc::embedding_renorm(DType::bf16, DType::s32, 1000, 8, Shape::of({3}), 1.0));
+  ASSERT_TRUE(renorm.ok());
+  EXPECT_EQ(renorm->workspace_size(), 256u);  // 1000 claim bits in 32 words, 256-byte aligned
+  EXPECT_TRUE(renorm->precision().deterministic);
+  auto tri = IndexPlan::select(kTarget, IndexDesc::triu_indices(DType::s32, 4, 8));
+  ASSERT_TRUE(tri.ok());
+  EXPECT_EQ(tri->sku().dtypes, "sizes->int32");
+
+  auto emb = IndexPlan::select(
+      kTarget, IndexDesc::embedding(DType::f32, DType::s64, 100, 64, Shape::of({7}), -1, Direction::Backward, true));
+  ASSERT_TRUE(emb.ok());
+  EXPECT_TRUE(contains_text(emb->precision().note, "scale_grad_by_freq"));
+}
+
+TEST(IndexRows, Args) {
+  const IndexDesc d = bag_desc(ScatterReduce::amax);
+  auto plan = IndexPlan::select(kTarget, d);
+  ASSERT_TRUE(plan.ok());
+  const IndexArgs a = bag_args(d);
+  EXPECT_TRUE(plan->can_implement(a).ok()) << plan->can_implement(a).message();
+  EXPECT_EQ(plan->layout_for(a), "bag-forward-16B");
+  IndexArgs b = a;
+  b.x.layout = strided({30, 16}, {17, 1});  // rows 17 floats apart: no 16-byte vectors
+  EXPECT_EQ(plan->layout_for(b), "bag-forward-4B");
+  b = a;
+  b.offsets = {};
+  EXPECT_FAILS_WITH(plan->can_implement(b), Status::InvalidProblem, "offsets expected for 1-d ids (shape [4])");
+  b = a;
+  b.offsets.dtype = DType::s32;
+  EXPECT_FAILS_WITH(plan->can_implement(b), Status::InvalidProblem, "offsets dtype expected int64, got int32");
+  b = a;
+  b.max_indices = {};
+  EXPECT_FAILS_WITH(plan->can_implement(b), Status::InvalidProblem, "max_indices expected for mode max");
+  b = a;
+  b.max_indices.layout = Layout::contiguous({4, 15});
+  EXPECT_FAILS_WITH(plan->can_implement(b), Status::InvalidProblem, "max_indices shape expected [4, 16], got [4, 15]");
+  b = a;
+  b.per_sample_weights = ref_of(5, DType::f32, Layout::contiguous({25}));
+  EXPECT_FAILS_WITH(plan->can_implement(b), Status::InvalidProblem,
+                    "per_sample_weights given but the descriptor has none");
+  b = a;
+  b.weight = ref_of(6, DType::f32, Layout::contiguous({30, 16}));
+  EXPECT_FAILS_WITH(plan->can_implement(b), Status::InvalidProblem, "weight given to the forward");
+  b = a;
+  b.out.data = fake_ptr(0, 64);  // inside the weight
+  EXPECT_FAILS_WITH(plan->can_implement(b), Status::InvalidProblem, "out overlaps x");
+  b = a;
+  b.src = ref_of(7, DType::f32, Layout::contiguous({25}));
+  EXPECT_FAILS_WITH(plan->can_implement(b), Status::InvalidProblem, "src given but embedding_bag takes none");
+
+  // 2-d ids: no offsets
+  const IndexDesc d2 =
+      IndexDesc::embedding_bag(DType::f32, DType::s64, 30, 16, Shape::of({5, 3}), 0, ScatterReduce::sum);
+  auto p2 = IndexPlan::select(kTarget, d2);
+  ASSERT_TRUE(p2.ok());
+  IndexArgs c;
+  c.x = ref_of(0, DType::f32, Layout::contiguous({30, 16}));
+  c.index = ref_of(1, DType::s64, Layout::contiguous({5, 3}));
+  c.out = mut_of(3, DType::f32, Layout::contiguous({5, 16}));
+  EXPECT_TRUE(p2->can_implement(c).ok()) << p2->can_implement(c).message();
+  c.offsets = ref_of(2, DType::s64, Layout::contiguous({5}));
+  EXPECT_FAILS_WITH(p2->can_implement(c), Status::InvalidProblem, "offsets given but 2-d ids make one bag a row");
+
+  // backward: grad_weight and/or the per-sample weights' gradient
+  EmbeddingBagOptions psw;
+  psw.per_sample_weights = true;
+  const IndexDesc bd = bag_desc(ScatterReduce::sum, Direction::Backward, psw);
+  auto bp = IndexPlan::select(kTarget, bd);
+  ASSERT_TRUE(bp.ok());
+  IndexArgs g = bag_args(bd);
+  EXPECT_TRUE(bp->can_implement(g).ok()) << bp->can_implement(g).message();
+  EXPECT_EQ(bp->layout_for(g), "bag-backward-atomic-16B");
+  g.grad_per_sample_weights = mut_of(8, DType::f32, Layout::contiguous({25}));
+  EXPECT_FAILS_WITH(bp->can_implement(g), Status::InvalidProblem, "weight expected (the table [30, 16])");
+  g.weight = ref_of(9, DType::f32, Layout::contiguous({30, 16}));
+  EXPECT_TRUE(bp->can_implement(g).ok()) << bp->can_implement(g).message();
+  EXPECT_EQ(bp->layout_for(g), "bag-backward-atomic-16B+bag-psw-grad-16B");
+  g.out = {};
+  EXPECT_TRUE(bp->can_implement(g).ok()) << bp->can_implement(g).message();
+  EXPECT_EQ(bp->layout_for(g), "bag-psw-grad-16B");
+  g.grad_per_sample_weights = {};
+  g.weight = {};
+  EXPECT_FAILS_WITH(bp->can_implement(g), Status::InvalidProblem,
+                    "expected out (grad_weight) or grad_per_sample_weights");
+
+  // renorm and tri: the roles they take
+  auto rp =
+      IndexPlan::select(kTarget, IndexDesc::embedding_renorm(DType::f32, DType::s64, 30, 16, Shape::of({7}), 1.0));
+  ASSERT_TRUE(rp.ok());
+  IndexArgs ra;
+  ra.index = ref_of(1, DType::s64, Layout::contiguous({7}));
+  ra.out = mut_of(0, DType::f32, Layout::contiguous({30, 16}));
+  EXPECT_TRUE(rp->can_implement(ra).ok()) << rp->can_implement(ra).message();
+  EXPECT_EQ(rp->layout_for(ra), "renorm-rows");
+  auto run = rp->run(nullptr, {}, ra);
+  EXPECT_EQ(run.status(), Status::WorkspaceTooSmall);
+  EXPECT_MSG(run, "embedding_renorm: workspace expected >= 256 bytes, got 0");
+  ra.x = ref_of(2, DType::f32, Layout::contiguous({30, 16}));
+  EXPECT_FAILS_WITH(rp->can_implement(ra), Status::InvalidProblem,
+                    "x given but embedding_renorm updates `out` in place");
+  auto tp = IndexPlan::select(kTarget, IndexDesc::tril_indices(DType::s64, 4, 8));
+  ASSERT_TRUE(tp.ok());
+  IndexArgs ta;
+  ta.out = mut_of(0, DType::s64, Layout::contiguous({2, 10}));
+  EXPECT_TRUE(tp->can_implement(ta).ok());
+  EXPECT_EQ(tp->layout_for(ta), "tri-indices");
+  ta.out.layout = Layout::contiguous({2, 11});
+  EXPECT_FAILS_WITH(tp->can_implement(ta), Status::InvalidProblem, "out shape expected [2, 10], got [2, 11]");
+  ta.out.layout = Layout::contiguous({2, 10});
+  ta.index = ref_of(1, DType::s64, Layout::contiguous({3}));
+  EXPECT_FAILS_WITH(tp->can_implement(ta), Status::InvalidProblem, "index given but tril_indices takes none");
+
+  // the other ops refuse embedding_bag's roles
+  auto gp = IndexPlan::select(kTarget, IndexDesc::index_select(DType::f32, DType::s64, Shape::of({4, 8}), 3, 0));
+  ASSERT_TRUE(gp.ok());
+  IndexArgs ga;
+  ga.x = ref_of(0, DType::f32, Layout::contiguous({4, 8}));
+  ga.index = ref_of(1, DType::s64, Layout::contiguous({3}));
+  ga.out = mut_of(2, DType::f32, Layout::contiguous({3, 8}));
+  ga.offsets = ref_of(3, DType::s64, Layout::contiguous({2}));
+  EXPECT_FAILS_WITH(gp->can_implement(ga), Status::InvalidProblem, "offsets given but only embedding_bag takes it");
+}
 }  // namespace baracuda

@@ -4,14 +4,15 @@
 // backward), advanced indexing (index, index_put), one_hot, lax.gather; scatter (assign),
 // scatter_add, scatter_reduce (sum, prod, mean, amax, amin; include_self), index_copy, index_add,
 // lax.scatter, segment_sum/max/min/prod/mean with s32 or s64 indices; nonzero, masked_select,
-// masked_scatter.
+// masked_scatter; embedding_bag (fused, with backward), embedding_renorm (max_norm),
+// tril_indices / triu_indices.
 //
 //   auto desc = IndexDesc::index_select(DType::bf16, DType::s64, Shape::of({50000, 4096}), 16384, 0);
 //   auto plan = IndexPlan::select(Target::current().value(), desc);
 //   IndexArgs a; a.x = weight; a.index = ids; a.out = rows; a.error = flag;   // flag: int32 [1]
 //   plan->run(stream, Workspace{ws, plan->workspace_size()}, a);
 //
-// Four engines, one per sub-family (index_ops.def names each op's engine):
+// Six engines, one per sub-family (index_ops.def names each op's engine):
 //  - copy: every output element reads at most one input element through a per-dim coordinate
 //    map (identity with offset, flip, roll, reflect, replicate, circular, tile; out-of-range
 //    coordinates take a fill value; triu/tril zero a triangle). Kernels move bytes (one per
@@ -32,6 +33,15 @@
 //  - select: nonzero / masked_select / masked_scatter in two passes over the mask (per-tile
 //    counts, an exclusive scan of them, then each tile rescanned and written at its offset). The
 //    number of selected elements goes to IndexArgs::count (a device int64): run() never reads it.
+//  - rows: whole embedding rows per lane group. embedding_bag's forward reads each bag's rows
+//    (16-byte vectors, f32 / f64 accumulation in index order) and writes the bag's sum, mean or
+//    max (with the argmax ids) once: no [L, D] intermediate. Its backward scatters the upstream
+//    gradient to the rows (atomics, or with require_deterministic / scale_grad_by_freq a stable
+//    radix sort of the ids and one ordered sum per referenced row) and writes the gradient of
+//    the per-sample weights. embedding_renorm rescales, in place, every row the ids reference
+//    whose p-norm exceeds max_norm (each row once: a per-row claim bit in the workspace).
+//  - generate: outputs computed from the sizes alone (tril_indices / triu_indices: one thread
+//    per index pair, the row from a closed form in double corrected in exact integers).
 //
 // Several index tensors (index / index_put: one per leading dim; lax ops: the components of the
 // start vectors) are first linearized, by one small kernel, into one int64 element offset per
@@ -68,7 +78,7 @@ enum class IndexOp : uint8_t {
 #undef BARACUDA_INDEX
 };
 
-enum class IndexEngine : uint8_t { copy, gather, scatter, select };
+enum class IndexEngine : uint8_t { copy, gather, scatter, select, rows, generate };
 
 /// One row of index_ops.def.
 struct IndexOpInfo {
@@ -133,13 +143,23 @@ struct ScatterDims {
   int index_vector_dim = -1;
 };
 
+/// embedding_bag's options besides the mode (torch.nn.functional.embedding_bag's arguments;
+/// max_norm is embedding_renorm, a separate plan, as in torch).
+struct EmbeddingBagOptions {
+  bool include_last_offset = false;  ///< offsets has bags + 1 entries (1-d ids)
+  bool per_sample_weights = false;   ///< sum only: id i's row is scaled by per_sample_weights[i]
+  int64_t padding_idx = -1;          ///< ids equal to it are left out of their bag (and of mean's count)
+  bool scale_grad_by_freq = false;   ///< backward, sum / mean: row r's gradient divided by r's count in the ids
+};
+
 struct IndexDesc {
   IndexOp op = IndexOp::copy;
   Direction direction = Direction::Forward;
   DType dtype = DType::f32;        ///< every data tensor (x, src, inputs, out; nonzero's out is int64)
   DType index_dtype = DType::s64;  ///< s32 or s64 (ops that read an index)
-  Shape in_shape{};     ///< x: copy input, gather source, scatter self / data, embedding weight (fw) or dy (bw),
-                        ///< index / lax_gather operand, nonzero / masked input (one_hot: none, rank 0)
+  Shape in_shape{};     ///< x: copy input, gather source, scatter self / data, embedding(_bag) weight (fw) or dy
+                        ///< (bw), index / lax_gather operand, nonzero / masked input (one_hot: none, rank 0);
+                        ///< embedding_renorm: the weight (out, in place); tril/triu_indices: [row, col]
   Shape out_shape{};    ///< derived by the factories below
   Shape index_shape{};  ///< ops with an index (index / index_put: every index tensor's shape)
   Shape src_shape{};    ///< scatter sources: scatter_add / index_add / scatter_reduce src, index_put values,
@@ -153,10 +173,10 @@ struct IndexDesc {
   std::array<int64_t, kMaxRank> shifts{};     ///< roll: shift per dim (any sign)
   std::array<int64_t, kMaxRank> repeats{};    ///< tile: repetitions per dim; repeat_interleave: repeats[dim]
   uint32_t flip_dims = 0;                     ///< flip: bit d set = dim d reversed
-  int64_t diagonal = 0;                       ///< triu/tril (the last two dims)
+  int64_t diagonal = 0;                       ///< triu/tril (the last two dims); tril/triu_indices' offset
   int64_t padding_idx = -1;                   ///< embedding: row whose gradient stays zero (-1: none)
-  int64_t num_segments = 0;                   ///< segment ops; one_hot: num_classes
-  ScatterReduce reduce = ScatterReduce::sum;  ///< scatter_reduce, lax_scatter
+  int64_t num_segments = 0;                   ///< segment ops; one_hot: num_classes; embedding_bag: bags
+  ScatterReduce reduce = ScatterReduce::sum;  ///< scatter_reduce, lax_scatter; embedding_bag's mode (sum, mean, amax)
   bool include_self = true;                   ///< scatter_reduce: self takes part in the reduction
   bool accumulate = false;                    ///< index_put
   IndexMode mode = IndexMode::check;          ///< index, index_put (check only), lax_gather, lax_scatter
@@ -171,6 +191,11 @@ struct IndexDesc {
       collapsed_dims{};                         ///< lax_gather collapsed_slice_dims / lax_scatter inserted_window_dims
   int index_vector_dim = 0;                     ///< lax ops (normalized: >= 0)
   std::array<int64_t, kMaxRank> slice_sizes{};  ///< lax_gather
+  bool include_last_offset = false;             ///< embedding_bag (see EmbeddingBagOptions)
+  bool per_sample_weights = false;              ///< embedding_bag
+  bool scale_grad_by_freq = false;              ///< embedding / embedding_bag backward
+  double max_norm = 0;                          ///< embedding_renorm
+  double norm_type = 2;                         ///< embedding_renorm: p (inf: the largest |x|)
 
   /// x -> out of the same shape (contiguous, permute/transpose copies, expand, slice write: the
   /// views carry the strides).
@@ -197,9 +222,40 @@ struct IndexDesc {
   /// torch.index_select with a 1-d index of `count` entries.
   static IndexDesc index_select(DType dt, DType it, const Shape& in_shape, int64_t count, int dim);
   /// Forward: weight [N, D] and ids (any shape) -> out [*ids, D]. Backward: x = dy [*ids, D] ->
-  /// out = dense grad_weight [N, D] (rows == padding_idx stay zero). `num_weights` = N.
+  /// out = dense grad_weight [N, D] (rows == padding_idx stay zero; with scale_grad_by_freq each
+  /// row's sum is divided by its id's count, torch's option). `num_weights` = N.
   static IndexDesc embedding(DType dt, DType it, int64_t num_weights, int64_t embedding_dim, const Shape& index_shape,
-                             int64_t padding_idx = -1, Direction dir = Direction::Forward);
+                             int64_t padding_idx = -1, Direction dir = Direction::Forward,
+                             bool scale_grad_by_freq = false);
+  /// torch.nn.functional.embedding_bag (torch._embedding_bag's kernel) over weight [N, D] and
+  /// ids (`index`): 1-d [L] with `num_offsets` bag starts in `offsets` (bags = num_offsets, one
+  /// fewer with include_last_offset), or 2-d [bags, n] (n ids a bag, no offsets; num_offsets is
+  /// ignored). Bag b holds the ids at [begin_b, end_b): begin_0 = 0, begin_b = offsets[b],
+  /// end_b = offsets[b + 1], and the last bag ends at L (torch's CUDA semantics: include_last_offset
+  /// only drops the last offset, expected to be L); offsets outside [0, L] or decreasing set the
+  /// error flag (clamped / empty bags). mode sum (optionally weighted by per_sample_weights), mean
+  /// (over the ids that are not padding_idx; an empty bag is 0) or amax (per feature, the first
+  /// largest value; an empty bag is 0 and its max_indices -1), accumulated in f32 (f64 for f64)
+  /// in id order: out [bags, D]; amax also writes max_indices [bags, D] (the winning ids, index
+  /// dtype). Backward: x = dy [bags, D] -> out = dense grad_weight [N, D] (optional when only
+  /// grad_per_sample_weights is wanted) and, for sum with per_sample_weights, the optional
+  /// grad_per_sample_weights [*ids] (dy[bag] . weight[id]; reads `weight`); amax routes dy
+  /// through max_indices.
+  static IndexDesc embedding_bag(DType dt, DType it, int64_t num_weights, int64_t embedding_dim,
+                                 const Shape& index_shape, int64_t num_offsets, ScatterReduce mode,
+                                 const EmbeddingBagOptions& opt = {}, Direction dir = Direction::Forward);
+  /// torch.embedding_renorm_(weight, ids, max_norm, norm_type): every row of weight [N, D] (out,
+  /// updated in place) that some id references and whose norm_type-norm exceeds max_norm is
+  /// scaled by max_norm / (norm + 1e-7), once (norms in f32, f64 for f64). p = 1, 2, inf or any
+  /// p > 0 (the norm of |x|: torch's CPU definition; torch's CUDA kernel drops the |.| for
+  /// p != 1, 2). Out-of-range ids set the error flag and are skipped.
+  static IndexDesc embedding_renorm(DType dt, DType it, int64_t num_weights, int64_t embedding_dim,
+                                    const Shape& index_shape, double max_norm, double norm_type = 2);
+  /// torch.tril_indices(row, col, offset) / triu_indices: out [2, n] of dtype s32 / s64 (row
+  /// indices, then column indices, in row-major order of the triangle's elements); n from the
+  /// sizes on the host (no synchronization).
+  static IndexDesc tril_indices(DType dt, int64_t row, int64_t col, int64_t offset = 0);
+  static IndexDesc triu_indices(DType dt, int64_t row, int64_t col, int64_t offset = 0);
   /// out = self.scatter_add(dim, index, src) (x = self; out may be self itself).
   static IndexDesc scatter_add(DType dt, DType it, const Shape& self_shape, const Shape& index_shape,
                                const Shape& src_shape, int dim);
@@ -272,20 +328,28 @@ struct IndexArgs {
   TensorMut out;
   TensorMut count;  ///< nonzero / masked_select: int64, one element: the number selected (optional)
   TensorMut error;  ///< optional int32 scalar: set to 1 on an out-of-range index
+  // embedding_bag
+  TensorRef offsets;             ///< 1-d ids: the bag starts, [bags (+1 with include_last_offset)], the ids' dtype
+  TensorRef per_sample_weights;  ///< sum with per_sample_weights: [*ids] of the weight's dtype (both directions)
+  TensorRef weight;              ///< backward with grad_per_sample_weights: the table [N, D]
+  TensorMut max_indices;         ///< amax: [bags, D] of the ids' dtype; written by the forward, read by the backward
+  TensorMut grad_per_sample_weights;  ///< backward (optional): [*ids] of the weight's dtype
 };
 
 class IndexPlan {
  public:
   /// Validates the descriptor. Preferences: backend other than Any/Native, tf32=Require and
   /// reduced_precision_reduction=Require are refused; require_deterministic /
-  /// require_bit_stable select the sorted path of sum-scatters (the other ops are deterministic
+  /// require_bit_stable select the sorted path of sum-scatters and of embedding_bag's backward
+  /// (scale_grad_by_freq always takes it: the runs are the counts; the other ops are deterministic
   /// and bit-stable: every output element is written by one thread from one fixed set of
   /// inputs, or, for max, the result does not depend on the order); vectorized=Forbid disables
   /// the widening of contiguous runs and shows in the layout.
   static Result<IndexPlan> select(const Target& target, const IndexDesc& desc, const PlanPreference& pref = {});
   /// Linearized index offsets (index, index_put, lax ops), the sorted scatter's keys, positions
-  /// and radix sort scratch, the select engine's tile counts, offsets and scan scratch; 0 for
-  /// the rest.
+  /// and radix sort scratch (embedding_bag's sorted backward: also each position's bag and, for
+  /// mean, the bag sizes), the select engine's tile counts, offsets and scan scratch,
+  /// embedding_renorm's claim bits (one per row); 0 for the rest.
   size_t workspace_size() const { return workspace_bytes_; }
   Result<void> can_implement(const IndexArgs& args) const;
   /// Enqueues on `stream`; never allocates, synchronizes or reads the error flag.
@@ -298,8 +362,11 @@ class IndexPlan {
   /// "mapped-rows-2B-i32" (pad), "fill-16B-i32", "tiled-transpose-2B-words", "pad-backward",
   /// "gather-16B-i32", "gather-rows-16B", "gather-staged-2B", "scatter-atomic",
   /// "scatter-atomic-rows", "scatter-sorted", "scatter-copy", "scatter-sorted-copy", "one-hot",
-  /// "select-tiles", "empty" (cat and stack join the variants of their copies with '+'; ops that
-  /// linearize their indices first prefix "linearize+").
+  /// "select-tiles", "bag-forward-16B" (embedding_bag; "-4B" etc.: scalar accesses),
+  /// "bag-backward-atomic-16B", "bag-backward-sorted-16B", "bag-max-scatter-atomic",
+  /// "bag-max-scatter-sorted", "bag-psw-grad-16B", "renorm-rows", "tri-indices", "empty" (cat and
+  /// stack, and embedding_bag's backward, join their variants with '+'; ops that linearize their
+  /// indices first prefix "linearize+").
   std::string layout_for(const IndexArgs& args) const;
 
  private:

@@ -81,6 +81,14 @@ IndexDesc probe_of(IndexOp op, DType dt, DType it, Direction dir) {
       return IndexDesc::lax_scatter(dt, it, s, Shape::of({5, 1}), Shape::of({5, 8}),
                                     ScatterDims{window, inserted, map, -1}, ScatterReduce::none);
     }
+    case IndexOp::embedding_bag:  // 6 ids in 3 bags of a [10, 8] table
+      return IndexDesc::embedding_bag(dt, it, 10, 8, Shape::of({6}), 3, ScatterReduce::sum, {}, dir);
+    case IndexOp::embedding_renorm:
+      return IndexDesc::embedding_renorm(dt, it, 10, 8, Shape::of({2, 3}), 1.0);
+    case IndexOp::tril_indices:
+      return IndexDesc::tril_indices(dt, 4, 8);
+    case IndexOp::triu_indices:
+      return IndexDesc::triu_indices(dt, 4, 8);
   }
   return IndexDesc::copy(dt, s);
 }

@@ -317,4 +317,123 @@ cudaError_t exclusive_scan(void* temp, size_t temp_bytes, const int64_t* in, int
 cudaError_t launch_scatter_sorted_copy(const Geom& g, const int64_t* keys, const int64_t* vals, int64_t sentinel,
                                        char* out, const char* src, int elem_bytes, cudaStream_t stream);
 
+// ---- rows engine: embedding_bag ----------------------------------------------------------------
+/// The bags over the ids. Bag b's ids sit at ids[b * id_bstride + e * id_stride] for e in
+/// [begin_b, end_b): with `offsets` (1-d ids, id_bstride 0) begin_0 = 0, begin_b = offsets[b],
+/// end_b = offsets[b + 1] and the last bag ends at `len` (torch's CUDA semantics), each clamped
+/// to [0, len] (an offset outside it, or a bag ending before it begins, sets *error; such a bag
+/// is empty); without offsets (2-d ids) every bag is [0, len). Flat position l (the sorted
+/// backward's keys, the per-sample weights' gradient): e for 1-d ids, b * len + e for 2-d.
+/// Per-sample weights (and their gradient) are addressed like the ids.
+struct BagParams {
+  int64_t bags = 0;
+  int64_t len = 0;  ///< 1-d ids: their count L; 2-d: ids per bag
+  const void* ids = nullptr;
+  int64_t id_stride = 0, id_bstride = 0;
+  const void* offsets = nullptr;  ///< null: 2-d ids
+  int64_t off_stride = 0;
+  const void* psw = nullptr;  ///< per-sample weights (null: none)
+  int64_t psw_stride = 0, psw_bstride = 0;
+  int64_t num_weights = 0;  ///< N: ids outside [0, N) set *error and are skipped
+  int64_t dim = 0;          ///< D
+  int64_t padding_idx = -1;
+  int mode = 0;  ///< kBagSum, kBagMean, kBagMax
+  /// Elements a lane moves as one 16-byte vector (16 / element bytes; bag_vec), or 1: scalar
+  /// accesses with any row strides.
+  int vec = 1;
+  const void* weight = nullptr;  ///< forward: the table; backward: read for the per-sample weights' gradient
+  int64_t w_stride0 = 0, w_stride1 = 0;
+  void* out = nullptr;  ///< forward: [bags, D]
+  int64_t out_stride0 = 0, out_stride1 = 0;
+  void* max_indices = nullptr;  ///< max: [bags, D] of the index dtype (forward writes, backward reads)
+  int64_t mi_stride0 = 0, mi_stride1 = 0;
+  const void* dy = nullptr;  ///< backward: [bags, D]
+  int64_t dy_stride0 = 0, dy_stride1 = 0;
+  void* grad_weight = nullptr;  ///< backward: [N, D], zeroed first by the caller
+  int64_t gw_stride0 = 0, gw_stride1 = 0;
+  void* grad_psw = nullptr;  ///< backward (optional)
+  int64_t gpsw_stride = 0, gpsw_bstride = 0;
+  int scale_grad_by_freq = 0;  ///< sorted backward: each row's terms divided by its id's count
+  int* error = nullptr;
+};
+inline constexpr int kBagSum = 0, kBagMean = 1, kBagMax = 2;
+/// Flat positions of the ids (bags x len for 2-d ids).
+inline int64_t bag_positions(const BagParams& p) { return p.offsets ? p.len : p.bags * p.len; }
+/// Forward (every dtype of kFloat, s32 / s64 ids and offsets): a group of G lanes (the smallest
+/// power of two covering the row's vectors, at most 32) per (bag, chunk of G vectors); the
+/// group reads G ids (and weights) at a time with one load a lane and broadcasts them by
+/// shuffles, keeps 4 row loads in flight a lane, accumulates in f32 (f64) in id order, and
+/// writes the bag's sum / mean / max (and max_indices) once.
+cudaError_t launch_bag_forward(const BagParams& p, DType dt, DType index_dtype, cudaStream_t stream);
+/// Backward, atomic (sum / mean): the forward's groups read dy[bag] once and add dy * scale
+/// (per-sample weight, or 1 / the bag's count for mean) to every id's row of grad_weight
+/// with atomics (order varies run to run).
+cudaError_t launch_bag_backward_atomic(const BagParams& p, DType dt, DType index_dtype, cudaStream_t stream);
+/// Backward, sorted (sum / mean; deterministic): keys[l] = the id at flat position l (the
+/// sentinel N for padding_idx, an id out of range, or a position outside every bag), vals[l] =
+/// l, bag_of[l] = its bag; for mean also bag_size[b] (its ids that are not padding_idx and in
+/// range).
+cudaError_t launch_bag_keys(const BagParams& p, DType index_dtype, int64_t* keys, int64_t* vals, int64_t* bag_of,
+                            int64_t* bag_size, cudaStream_t stream);
+/// After the stable radix sort of (keys, vals): a lane group per (run of equal ids, chunk of
+/// the row) sums dy[bag] * scale over the run in position order (f32, f64 for f64) and writes
+/// the row once (scale_grad_by_freq: each term also divided by the run's length, torch's count).
+cudaError_t launch_bag_backward_sorted(const BagParams& p, DType dt, const int64_t* keys, const int64_t* vals,
+                                       const int64_t* bag_of, const int64_t* bag_size, int64_t n, cudaStream_t stream);
+/// grad_psw[l] = dy[bag(l)] . weight[id(l)] (f32 / f64; 0 for padding_idx, an id out of range or a
+/// position outside every bag): a lane group per position.
+cudaError_t launch_bag_psw_grad(const BagParams& p, DType dt, DType index_dtype, cudaStream_t stream);
+/// The vector width (elements) the row kernels may use for these pointers and strides (every
+/// row tensor unit-stride along D, row strides and pointers multiples of 16 bytes, D a multiple
+/// of the vector), else 1.
+int bag_vec(const BagParams& p, int elem_bytes, bool backward);
+
+// ---- rows engine: embedding_renorm -------------------------------------------------------------
+struct RenormParams {
+  void* weight = nullptr;  ///< [N, D], rescaled in place
+  int64_t w_stride0 = 0, w_stride1 = 0;
+  int64_t num_weights = 0, dim = 0;
+  const void* ids = nullptr;  ///< any shape (rank <= 8), any strides
+  int rank = 0;
+  int64_t size[kRank] = {};
+  int64_t stride[kRank] = {};
+  int64_t L = 0;
+  double max_norm = 0;
+  double norm_type = 2;
+  unsigned* claimed = nullptr;  ///< workspace: one bit per row (renorm_claim_bytes), cleared by the launch
+  int* error = nullptr;
+};
+/// Workspace bytes of the claim bits (one per row, whole 32-bit words).
+inline size_t renorm_claim_bytes(int64_t num_weights) {
+  return static_cast<size_t>((num_weights > 0 ? num_weights : 0) + 31) / 32 * 4;
+}
+/// Clears the claim bits, then a warp per id: lane 0 claims the row with an atomicOr; the warp
+/// that claims it computes the row's norm (fixed-order warp reduction) and rescales it when it
+/// exceeds max_norm. Each row depends on itself only: deterministic.
+cudaError_t launch_embedding_renorm(const RenormParams& p, DType dt, DType index_dtype, cudaStream_t stream);
+
+// ---- generate engine: tril_indices / triu_indices ---------------------------------------------
+/// The triangle's elements in row-major order, as three runs of rows: `pre_rows` full rows
+/// (triu with offset <= 0), a trapezoid of R rows starting at row t0 whose counts are m, m + step,
+/// ... (tril: step +1, columns from 0; triu: step -1, columns from row + offset), then
+/// `post_rows` full rows from row post_start (tril). n = pre_rows * col + T + post_rows * col.
+struct TriIndicesParams {
+  int64_t n = 0;  ///< -1: the sizes overflow int64
+  int64_t col = 0;
+  int64_t offset = 0;
+  int upper = 0;
+  int64_t pre_rows = 0;
+  int64_t t0 = 0, R = 0, m = 0;
+  int step = 1;
+  int64_t T = 0;  ///< trapezoid elements
+  int64_t post_start = 0, post_rows = 0;
+  void* out = nullptr;  ///< [2, n]
+  int64_t stride0 = 0, stride1 = 0;
+};
+/// Host: the geometry of torch.tril_indices(row, col, offset) (upper: triu_indices).
+TriIndicesParams tri_indices_geometry(int64_t row, int64_t col, int64_t offset, bool upper);
+/// One thread per index pair; the trapezoid row from the closed-form root in double, corrected
+/// in exact int64 arithmetic. dt: s32 or s64.
+cudaError_t launch_tri_indices(const TriIndicesParams& p, DType dt, cudaStream_t stream);
+
 }  // namespace baracuda::detail::idx

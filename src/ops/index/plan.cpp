@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "baracuda/ops/index.hpp"
@@ -220,10 +221,11 @@ IndexDesc IndexDesc::index_select(DType dt, DType it, const Shape& in_shape, int
 }
 
 IndexDesc IndexDesc::embedding(DType dt, DType it, int64_t num_weights, int64_t embedding_dim, const Shape& index_shape,
-                               int64_t padding_idx, Direction dir) {
+                               int64_t padding_idx, Direction dir, bool scale_grad_by_freq) {
   IndexDesc d;
   d.op = IndexOp::embedding;
   d.direction = dir;
+  d.scale_grad_by_freq = scale_grad_by_freq;
   d.dtype = dt;
   d.index_dtype = it;
   d.index_shape = index_shape;
@@ -552,6 +554,7 @@ Result<void> check_lax(const IndexDesc& d, const std::string& label) {
 Result<void> check_desc(const IndexDesc& d) {
   const auto& in = info(d.op);
   const std::string label = op_label(d);
+  if (detail::idx::is_rows_op(d.op)) return detail::idx::check_rows_desc(d, label);  // rows.cpp
   // Counts that would surface later as a negative output size: named first.
   if (is_segment(d.op) && d.num_segments < 0)
     return invalid(label + ": num_segments expected >= 0, got " + str(d.num_segments));
@@ -746,6 +749,11 @@ Result<void> check_desc(const IndexDesc& d) {
     case IndexOp::masked_select:
     case IndexOp::lax_gather:
       break;
+    case IndexOp::embedding_bag:  // checked by check_rows_desc
+    case IndexOp::embedding_renorm:
+    case IndexOp::tril_indices:
+    case IndexOp::triu_indices:
+      break;
   }
   return {};
 }
@@ -880,11 +888,29 @@ Result<IndexPlan> IndexPlan::select(const Target& target, const IndexDesc& desc,
     case IndexOp::masked_scatter:
       p.sku_.dtypes = dt + ",bool->" + dt;
       break;
+    case IndexOp::tril_indices:
+    case IndexOp::triu_indices:
+      p.sku_.dtypes = "sizes->" + dt;
+      break;
     default:
       p.sku_.dtypes = dt + (in.takes_index ? "," + it : "") + "->" + dt;
   }
   p.sku_.arch = target.sm >= 90 ? "sm_90a" : "sm_80";
   p.sku_.backend = Backend::Native;
+  if (detail::idx::is_rows_op(desc.op)) {  // embedding_bag, embedding_renorm, tril/triu_indices
+    const detail::idx::RowsChoice c = detail::idx::rows_choice(target, desc, pref);
+    p.sorted_ = c.sorted;
+    p.sku_.layout = c.layout + (p.allow_vectorized_ ? "" : " (vectorization forbidden)");
+    p.sku_.epilogue = c.epilogue;
+    auto& pr = p.sku_.precision;
+    pr.math = c.math;
+    pr.accumulator = c.accumulator;
+    pr.deterministic = c.deterministic;
+    pr.bit_stable = c.bit_stable;
+    pr.note = c.note;
+    p.workspace_bytes_ = c.workspace;
+    return p;
+  }
   p.sku_.layout = std::string(in.engine == IndexEngine::copy     ? "mapped-copy"
                               : in.engine == IndexEngine::gather ? "gather"
                               : in.engine == IndexEngine::select ? "select-tiles"
@@ -924,11 +950,13 @@ Result<IndexPlan> IndexPlan::select(const Target& target, const IndexDesc& desc,
       pr.deterministic = pr.bit_stable = p.sorted_;
     } else if (p.sorted_) {
       pr.math = pr.accumulator = acc;
-      pr.note = std::string("deterministic: stable radix sort of destinations, ") +
-                (red == ScatterReduce::prod   ? "products"
-                 : red == ScatterReduce::mean ? "sums (the run length is the count)"
-                                              : "sums") +
-                " in index order" + (det || red == ScatterReduce::mean || emb_bw ? "" : " (no atomics of this width)");
+      pr.note =
+          std::string("deterministic: stable radix sort of destinations, ") +
+          (red == ScatterReduce::prod   ? "products"
+           : red == ScatterReduce::mean ? "sums (the run length is the count)"
+                                        : "sums") +
+          " in index order" + (det || red == ScatterReduce::mean || emb_bw ? "" : " (no atomics of this width)") +
+          (emb_bw && desc.scale_grad_by_freq ? ", each row's sum divided by its id's count (scale_grad_by_freq)" : "");
     } else {
       pr.deterministic = false;
       pr.bit_stable = false;
@@ -947,20 +975,7 @@ Result<IndexPlan> IndexPlan::select(const Target& target, const IndexDesc& desc,
   if (p.sorted_) {
     const int64_t n =
         std::max<int64_t>(p.linearized_ ? linearized_slices(desc, per_element) : desc.index_shape.numel(), 0);
-    size_t temp = 0;
-    bool exact = false;
-    if (target.device >= 0) {
-      int cur = -1;
-      if (cudaGetDevice(&cur) == cudaSuccess && cur == target.device &&
-          detail::idx::sort_temp_bytes(std::max<int64_t>(n, 1), 64, &temp) == cudaSuccess)
-        exact = true;
-      else
-        (void)cudaGetLastError();
-    }
-    // Offline (or another device current): a bound above CUB's scratch for 64-bit keys with
-    // caller-provided double buffers (its histograms and look-back tiles stay well below 8 bytes
-    // per item); run() checks the exact need and refuses a smaller workspace.
-    if (!exact) temp = static_cast<size_t>(n) * 8 + (size_t{1} << 20);
+    const size_t temp = detail::idx::sort_scratch_bytes(target, n);  // exact on this device, else a bound
     bytes += 4 * round256(static_cast<size_t>(n) * 8) + round256(temp);
     p.sku_.epilogue += std::string(p.sku_.epilogue.empty() ? "" : ", ") + "sorted scatter: " + str(n) + " keys";
   }
@@ -1041,6 +1056,13 @@ Result<void> IndexPlan::can_implement(const IndexArgs& a) const {
   const IndexDesc& d = desc_;
   const std::string label = op_label(d);
   const auto& in = info(d.op);
+  if (detail::idx::is_rows_op(d.op)) return detail::idx::check_rows_args(d, a, label);  // rows.cpp
+  for (const auto& [t, role] : {std::pair<bool, const char*>{given(a.offsets), "offsets"},
+                                {given(a.per_sample_weights), "per_sample_weights"},
+                                {given(a.weight), "weight"},
+                                {given(a.max_indices), "max_indices"},
+                                {given(a.grad_per_sample_weights), "grad_per_sample_weights"}})
+    if (t) return invalid(label + ": " + role + " given but only embedding_bag takes it");
   const bool multi = d.op == IndexOp::cat || d.op == IndexOp::stack;
   const bool takes_src = d.op == IndexOp::scatter_add || d.op == IndexOp::index_add || d.op == IndexOp::scatter ||
                          d.op == IndexOp::index_copy || d.op == IndexOp::scatter_reduce || d.op == IndexOp::index_put ||

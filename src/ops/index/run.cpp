@@ -693,6 +693,9 @@ GatherKind gather_kind(const IndexDesc& d, const ix::Geom& g, int eb, bool allow
 
 /// The kernel-level reduction of a reducing scatter (sorted: the path's own max / min).
 ix::Reduce reduce_of(const IndexDesc& d, bool sorted) {
+  // embedding's backward with scale_grad_by_freq: each row's sum over its run of equal ids
+  // divided by the run's length, i.e. the sorted path's mean.
+  if (d.op == IndexOp::embedding && d.direction == Direction::Backward && d.scale_grad_by_freq) return ix::Reduce::mean;
   switch (ix::reduction_of(d)) {
     case ScatterReduce::prod:
       return ix::Reduce::prod;
@@ -711,6 +714,7 @@ ix::Reduce reduce_of(const IndexDesc& d, bool sorted) {
 /// identity the segment ops start from); false: it writes the reduction of the sources alone.
 bool sorted_include_self(const IndexDesc& d) {
   if (d.op == IndexOp::scatter_reduce) return d.include_self;
+  if (d.op == IndexOp::embedding && d.scale_grad_by_freq) return false;  // the mean of the run alone
   return d.op != IndexOp::segment_mean;
 }
 
@@ -814,6 +818,13 @@ ix::SelectParams select_params(const IndexDesc& d, const IndexArgs& a) {
 }
 }  // namespace
 
+namespace detail::idx {
+cudaError_t fill_zeros(const TensorMut& out, DType dt, bool allow_vec, cudaStream_t stream) {
+  if (out.numel() == 0) return cudaSuccess;
+  return launch_lowered(lower_copy(fill_job(out, dt, 0.0), allow_vec), stream);
+}
+}  // namespace detail::idx
+
 /// The workspace run() carves: [linearized offsets][sorted: keys x2, positions x2, sort
 /// scratch] or [select: tile counts, tile offsets, scan scratch], each part 256-byte aligned.
 struct WsPlan {
@@ -828,6 +839,7 @@ struct WsPlan {
 
 std::string IndexPlan::layout_for(const IndexArgs& a) const {
   const auto& in = info(desc_.op);
+  if (ix::is_rows_op(desc_.op)) return ix::rows_layout(desc_, sorted_, allow_vectorized_, a);
   if (desc_.op == IndexOp::pad && desc_.direction == Direction::Backward)
     return a.out.numel() == 0 ? "empty" : "pad-backward";
   if (in.engine == IndexEngine::copy) {
@@ -869,6 +881,7 @@ Result<void> IndexPlan::run(cudaStream_t stream, Workspace ws, const IndexArgs& 
   const IndexDesc& d = desc_;
   const auto& in = info(d.op);
   const int eb = size_in_bytes(d.dtype);
+  if (ix::is_rows_op(d.op)) return ix::run_rows(d, sorted_, allow_vectorized_, workspace_bytes_, stream, ws, a, label);
 
   if (d.op == IndexOp::pad && d.direction == Direction::Backward) {
     ix::PadBwParams p;
@@ -1122,6 +1135,11 @@ std::string desc_key(const IndexDesc& d) {
   put(d.index_vector_dim);
   put(d.slice_sizes);
   put(d.fill_index);
+  put(d.include_last_offset);
+  put(d.per_sample_weights);
+  put(d.scale_grad_by_freq);
+  put(d.max_norm);
+  put(d.norm_type);
   return k;
 }
 }  // namespace
