@@ -7,6 +7,10 @@ Rows (``--cases``):
   ce_vocab152 cross_entropy [4096, 151936] bf16 (a 10-CTA cluster a row: a non-portable size)
   ce_cls     cross_entropy [16384, 1000] f32
   mse        mse_loss [16384, 4096] bf16 (mean): forward, and forward + backward
+  lce_llm    linear_cross_entropy: hidden [8192, 4096] x weight [128256, 4096] bf16, class indices, mean:
+             forward, and forward + backward (d hidden, d weight), with the peak memory of each
+             (torch.cuda.max_memory_allocated above the inputs): torch materialises the [8192, 128256]
+             logits, their softmax and their gradient; baracuda one 512 MiB chunk of logits
 
 baracuda runs through ``baracuda._C.loss`` with pre-allocated outputs and workspace: ``fw`` is the
 forward plan (loss + log-sum-exp + total weight); ``fw+bw`` is the forward plan followed by the
@@ -40,6 +44,7 @@ CASES = {
     "ce_vocab152": ("cross_entropy", (4096, 151936), "bf16"),
     "ce_cls": ("cross_entropy", (16384, 1000), "f32"),
     "mse": ("mse_loss", (16384, 4096), "bf16"),
+    "lce_llm": ("linear_cross_entropy", (8192, 4096, 128256), "bf16"),  # (tokens, hidden, vocabulary)
 }
 DT = {"bf16": "bfloat16", "f32": "float32", "f16": "float16"}
 # Targets vs torch eager (ANCHORS.md / issue 4): the fused LLM cross-entropy forward + backward.
@@ -52,7 +57,7 @@ def parse_args(argv=None):
     p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated names of {list(CASES)}")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--quick", action="store_true", help="ce_llm and mse, no torch.compile")
+    p.add_argument("--quick", action="store_true", help="ce_llm, mse and lce_llm, no torch.compile")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     p.add_argument("--no-pad", action="store_true", help="no _sleep pad before the timed loop")
     p.add_argument("--out-dir", default=bench.RESULTS_DIR)
@@ -181,18 +186,108 @@ def check(torch, got, ref, dt):
         return "MISMATCH: " + bench.short_error(e, 120)
 
 
+# ---- linear_cross_entropy ------------------------------------------------------------------------
+def lce_sets(torch, shape, dt):
+    n, h, v = shape
+    g = torch.Generator(device="cuda").manual_seed(1234)
+    x = torch.randn((n, h), device="cuda", generator=g, dtype=torch.float32).to(dt)
+    w = (torch.randn((v, h), device="cuda", generator=g, dtype=torch.float32) * (3.0 / h**0.5)).to(dt)
+    t = torch.randint(0, v, (n,), device="cuda", generator=g)
+    return {"x": x, "w": w, "t": t}
+
+
+def build_lce(torch, which, s, mode):
+    """fn(k) for baracuda / torch eager / torch.compile on the one set, and a getter of (loss, dx, dw)."""
+    import torch.nn.functional as F
+    if which == "baracuda":
+        import baracuda.loss as BL
+        BL.check_targets = False
+        fwd = BL.linear_cross_entropy
+    else:
+        fwd = lambda x, w, t: F.cross_entropy(F.linear(x, w), t)  # noqa: E731
+        if which == "compile":
+            fwd = torch.compile(fwd, dynamic=False)
+    res = [None, None, None]
+    xl, wl = s["x"].detach().requires_grad_(), s["w"].detach().requires_grad_()
+
+    def fn(k):
+        if mode == "fw":
+            with torch.no_grad():
+                res[0] = fwd(s["x"], s["w"], s["t"])
+            return
+        loss = fwd(xl, wl, s["t"])
+        res[0] = loss
+        res[1], res[2] = torch.autograd.grad(loss, (xl, wl))
+
+    fn(0)
+    return fn, (lambda: tuple(res))
+
+
+def peak_mib(torch, fn):
+    """Peak device memory one call allocates above what was allocated before it (MiB)."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn(0)
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def bench_lce(torch, case, shape, dname, args):
+    dt = getattr(torch, DT[dname])
+    rows = []
+    s = lce_sets(torch, shape, dt)
+    n, h, v = shape
+    for mode in ("fw", "fw+bw"):
+        print(f"[bench_loss] {case} {mode}", file=sys.stderr, flush=True)
+        row = {"case": case, "op": "linear_cross_entropy", "mode": mode, "dtype": dname, "shape": list(shape),
+               "flop": (2 if mode == "fw" else 6) * n * h * v}
+        try:
+            impls = ["baracuda", "torch"] + ([] if args.no_compile else ["compile"])
+            results = {}
+            for which in impls:
+                try:
+                    fn, res = build_lce(torch, which, s, mode)
+                    row[f"{which}_us"] = bench.time_cuda(fn, 1, args.warmup, args.iters, not args.no_pad)["median_us"]
+                    row[f"{which}_mib"] = peak_mib(torch, fn)
+                    fn(0)
+                    torch.cuda.synchronize()
+                    results[which] = res()
+                    del fn
+                except Exception as e:  # one column's failure (e.g. out of memory) must not hide the others
+                    row[f"{which}_error"] = bench.short_error(e)
+                torch.cuda.empty_cache()
+            if "baracuda" in results and "torch" in results:
+                row["check"] = check(torch, results["baracuda"], results["torch"], dt)
+            if "baracuda" in results:
+                import baracuda.loss as BL
+                row["sku"] = BL.loss_sku("linear_cross_entropy", {"input": s["x"], "weight": s["w"], "target": s["t"],
+                                                                  "out": torch.empty((), dtype=dt, device="cuda")},
+                                         {}, "mean", fused_grad=False)
+        except Exception as e:
+            row["error"] = bench.short_error(e)
+        rows.append(row)
+    del s
+    torch.cuda.empty_cache()
+    return rows
+
+
 def main(argv=None):
     args = parse_args(argv)
     baracuda, _C = bench.import_baracuda()
     import torch
 
     if args.quick:
-        args.cases, args.no_compile = "ce_llm,mse", True
+        args.cases, args.no_compile = "ce_llm,mse,lce_llm", True
     info = bench.env_info(baracuda, _C)
     copy_bps = bench.copy_bandwidth()
     rows_out = []
     for case in [c.strip() for c in args.cases.split(",") if c.strip()]:
         op, shape, dname = CASES[case]
+        if op == "linear_cross_entropy":
+            rows_out += bench_lce(torch, case, shape, dname, args)
+            continue
         dt = getattr(torch, DT[dname])
         es = torch.tensor([], dtype=dt).element_size()
         modes = ["fw", "fw+bw", "fused", "autograd"] if op == "cross_entropy" else ["fw", "fw+bw", "autograd"]
@@ -231,6 +326,8 @@ def main(argv=None):
     headers = ["case", "mode", "dtype", "shape", "MB (ideal)", "baracuda µs", "torch µs", "compile µs", "vs torch",
                "vs compile", "baracuda GB/s", "% copy BW", "target", "check", "SKU"]
     table, missing = [], []
+    lce_rows = [r for r in rows_out if r["op"] == "linear_cross_entropy"]
+    rows_out = [r for r in rows_out if r["op"] != "linear_cross_entropy"]
     for r in rows_out:
         if "error" in r:
             table.append([r["case"], r["mode"], r["dtype"], r["shape"], "error: " + r["error"]] + [""] * 10)
@@ -248,6 +345,32 @@ def main(argv=None):
     slug = bench.gpu_slug(info["gpu"])
     md = bench.md_header(f"baracuda losses vs torch ({info['gpu']})", info, copy_bps, 8192 * 128256)
     md += "\n\n" + bench.md_table(headers, table)
+    if lce_rows:
+        lce_headers = ["case", "mode", "dtype", "[N, H, V]", "baracuda µs", "torch µs", "compile µs", "vs torch",
+                       "vs compile", "baracuda TFLOP/s", "baracuda peak MiB", "torch peak MiB", "compile peak MiB",
+                       "check", "SKU"]
+        lce_table = []
+
+        def cell(r, key, fmt="{:.1f}"):
+            return fmt.format(r[key]) if key in r else r.get(key.rsplit("_", 1)[0] + "_error", "-")
+
+        for r in lce_rows:
+            if "error" in r:
+                lce_table.append([r["case"], r["mode"], r["dtype"], r["shape"], "error: " + r["error"]] + [""] * 10)
+                continue
+            b = r.get("baracuda_us")
+            lce_table.append([r["case"], r["mode"], r["dtype"], r["shape"], cell(r, "baracuda_us"), cell(r, "torch_us"),
+                              cell(r, "compile_us"),
+                              f"{r['torch_us'] / b:.2f}x" if b and "torch_us" in r else "-",
+                              f"{r['compile_us'] / b:.2f}x" if b and "compile_us" in r else "-",
+                              f"{r['flop'] / (b * 1e-6) / 1e12:.0f}" if b else "-", cell(r, "baracuda_mib", "{:.0f}"),
+                              cell(r, "torch_mib", "{:.0f}"), cell(r, "compile_mib", "{:.0f}"), r.get("check", "-"),
+                              r.get("sku", "")])
+        md += ("\n\nFused linear + cross-entropy (fw = loss only; fw+bw = loss + d hidden + d weight; torch: "
+               "F.cross_entropy(F.linear(x, w), t) and torch.autograd.grad; peak MiB = max_memory_allocated during "
+               "one call above what was allocated before it: workspace, logits, gradients):\n\n")
+        md += bench.md_table(lce_headers, lce_table)
+        rows_out += lce_rows
     md += ("\n\nModes: fw = forward plan; fw+bw = forward plan + backward plan (the recomputing backward); "
            "fused = the forward plan with fused_grad (loss and gradient in one kernel) + its rescale backward; "
            "autograd = baracuda.loss + torch.autograd.grad (Python included; the fused kernel for reduced losses). "

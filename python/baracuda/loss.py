@@ -5,8 +5,17 @@ class probabilities; weight, ignore_index, label_smoothing) and ``nll_loss`` ove
 (dim 1, or 0 for an unbatched [C] input), and the pointwise losses ``mse_loss``, ``l1_loss``,
 ``smooth_l1_loss``, ``huber_loss``, ``binary_cross_entropy``, ``binary_cross_entropy_with_logits``,
 ``kl_div``, ``poisson_nll_loss``, ``gaussian_nll_loss``, ``soft_margin_loss``,
-``hinge_embedding_loss``, ``margin_ranking_loss``. Reductions none / mean / sum (and kl_div's
-batchmean) are deterministic: per-row (or per-element) losses summed in a fixed order.
+``hinge_embedding_loss``, ``margin_ranking_loss``, the losses over the last dim
+``cosine_embedding_loss``, ``triplet_margin_loss``, ``multi_margin_loss``, ``multilabel_margin_loss``,
+``multilabel_soft_margin_loss``, and the fused ``linear_cross_entropy``. Reductions none / mean / sum
+(and kl_div's batchmean) are deterministic: per-row (or per-element) losses summed in a fixed order.
+
+``linear_cross_entropy(input, weight, target)`` is ``cross_entropy(F.linear(input, weight), target)``
+without the [N, V] logits: the tokens go in chunks whose logits live in a workspace slice (512 MiB by
+default, ``chunk_tokens=`` overrides), and under autograd the same pass writes the gradients of
+input and weight (mean/sum; the backward scales them by grad_output on the device). Memory is the
+point: an LLM head's [8192, 128256] bf16 logits, their softmax and their gradient (several GiB in
+torch eager) become one chunk.
 
 cross_entropy reads each row of logits once (online max / sum of exp, 16-byte loads, a CTA per row
 for LLM vocabularies). With autograd and a reduced loss (mean/sum) the forward is the fused kernel:
@@ -35,9 +44,11 @@ import warnings
 from . import _C
 from ._autograd import current_stream, dl, require_torch, torch
 
-__all__ = ["cross_entropy", "nll_loss", "cross_entropy_with_grad", "mse_loss", "l1_loss", "smooth_l1_loss",
-           "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss",
-           "gaussian_nll_loss", "soft_margin_loss", "hinge_embedding_loss", "margin_ranking_loss"]
+__all__ = ["cross_entropy", "nll_loss", "cross_entropy_with_grad", "linear_cross_entropy", "mse_loss", "l1_loss",
+           "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
+           "poisson_nll_loss", "gaussian_nll_loss", "soft_margin_loss", "hinge_embedding_loss", "margin_ranking_loss",
+           "cosine_embedding_loss", "triplet_margin_loss", "multi_margin_loss", "multilabel_margin_loss",
+           "multilabel_soft_margin_loss"]
 
 # An extension built before this family existed has no loss bindings: the other families must
 # still import (functional.py imports every family), and the calls here then fail clearly.
@@ -53,16 +64,16 @@ def _export(tensors):
     return {k: dl(v) for k, v in tensors.items() if v is not None}
 
 
-def _run(op, backward, tensors, params, reduction, device, fused_grad=False):
+def _run(op, backward, tensors, params, reduction, device, fused_grad=False, tf32=False):
     """Runs one plan on torch's current stream of `device` (workspace allocated when needed)."""
     if not LOSS_OPS:
         raise RuntimeError("baracuda._C has no loss bindings: rebuild the extension (python/src/loss_bindings.cpp)")
     tensors = {k: v for k, v in tensors.items() if v is not None}
     ws = None
-    n = _C.loss_workspace_size(op, backward, _export(tensors), params, reduction, fused_grad)
+    n = _C.loss_workspace_size(op, backward, _export(tensors), params, reduction, fused_grad, tf32)
     if n:
         ws = dl(torch.empty(n, dtype=torch.uint8, device=device))
-    _C.loss(op, backward, _export(tensors), params, reduction, current_stream(device), ws, True, fused_grad)
+    _C.loss(op, backward, _export(tensors), params, reduction, current_stream(device), ws, True, fused_grad, tf32)
 
 
 def _check_cuda(name, *ts):
@@ -284,6 +295,127 @@ def cross_entropy_with_grad(input, target, weight=None, ignore_index=-100, reduc
     return _ce_fused(input, target.detach(), weight, ignore_index, reduction, label_smoothing, grad_scale, inplace)
 
 
+# ---- fused linear + cross-entropy ----------------------------------------------------------------
+def _aligned(t):
+    """Dense and 16-byte aligned (the plan's GEMMs are chosen for it): a copy only when needed."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
+def _lce_params(ignore_index, smoothing, chunk_tokens):
+    return {"ignore_index": float(ignore_index), "label_smoothing": float(smoothing),
+            "chunk_tokens": float(chunk_tokens or 0)}
+
+
+def _lce_tf32(x):
+    if x.dtype != torch.float32:
+        return False
+    from .gemm import _tf32
+    return _tf32()
+
+
+def _lce_run(backward, x, w, t, params, reduction, out=None, dy=None, gx=None, gw=None):
+    flag = torch.zeros(1, dtype=torch.int32, device=x.device) if check_targets and not backward else None
+    _run("linear_cross_entropy", backward, {"input": x, "weight": w, "target": t, "out": out, "dy": dy,
+                                            "grad_input": gx, "grad_weight": gw, "error": flag},
+         params, reduction, x.device, fused_grad=not backward and (gx is not None or gw is not None),
+         tf32=_lce_tf32(x))
+    if flag is not None and int(flag.item()) != 0:
+        raise IndexError(f"baracuda.functional.linear_cross_entropy: Target is out of bounds (a class index "
+                         f"outside [0, {w.shape[0]}) that is not ignore_index={int(params['ignore_index'])})")
+
+
+def _rescale(g, grad, reduction):
+    """g *= grad (one element) in place on the device; nothing moves when grad is 1 (cross_entropy's
+    fused backward, which scales any contiguous tensor)."""
+    if g is not None and g.numel():
+        _run("cross_entropy", True, {"dy": grad, "grad_input": g}, {}, reduction, g.device, fused_grad=True)
+
+
+if torch is not None:
+    class LinearCrossEntropyFunction(torch.autograd.Function):
+        """mean/sum: the forward runs the chunks once and also writes d input and d weight (for
+        grad_output = 1); the backward scales them by grad_output. none: the forward computes the loss
+        only and the backward runs the plan's backward (the chunks again, with dy per row)."""
+
+        @staticmethod
+        def forward(ctx, reduction, params, need_x, need_w, x, w, t):
+            out = _loss_out(x, reduction, [x.shape[0]])
+            ctx.reduction, ctx.params, ctx.consumed = reduction, params, False
+            if reduction == "none":
+                _lce_run(False, x, w, t, params, reduction, out=out)
+                ctx.save_for_backward(x, w, t)
+                ctx.need = (need_x, need_w)
+                return out
+            gx = torch.empty_like(x) if need_x else None
+            gw = torch.empty_like(w) if need_w else None
+            _lce_run(False, x, w, t, params, reduction, out=out, gx=gx, gw=gw)
+            ctx.save_for_backward(gx, gw)
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            if ctx.reduction == "none":
+                x, w, t = ctx.saved_tensors
+                need_x, need_w = ctx.need
+                gx = torch.empty_like(x) if need_x else None
+                gw = torch.empty_like(w) if need_w else None
+                if gx is not None or gw is not None:
+                    _lce_run(True, x, w, t, ctx.params, "none", dy=grad, gx=gx, gw=gw)
+                return None, None, None, None, gx, gw, None
+            if ctx.consumed:
+                raise RuntimeError("baracuda linear_cross_entropy: the fused gradients were consumed by an earlier "
+                                   "backward through this graph (the forward computes them once)")
+            ctx.consumed = True
+            gx, gw = ctx.saved_tensors
+            _rescale(gx, grad, ctx.reduction)
+            _rescale(gw, grad, ctx.reduction)
+            return None, None, None, None, gx, gw, None
+else:  # pragma: no cover
+    LinearCrossEntropyFunction = None
+
+
+def linear_cross_entropy(input, weight, target, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                         chunk_tokens=None):
+    """cross_entropy(F.linear(input, weight), target) without materialising the logits.
+
+    input [..., H] (float32/float16/bfloat16/float64), weight [V, H] (nn.Linear's layout, the input's
+    dtype), target [...] class indices; ignore_index, label_smoothing and reduction as
+    cross_entropy's. The logits are rounded to the input's dtype before the softmax, as
+    F.linear would. ``chunk_tokens`` sets the tokens a chunk (default: the plan's choice, [T, V]
+    logits within 512 MiB). With autograd, d input and d weight come from the same pass."""
+    require_torch()
+    reduction = _reduction(None, None, reduction)
+    _check_cuda("linear_cross_entropy", input, weight, target)
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"linear_cross_entropy: expected a floating point input, got {input.dtype}")
+    if weight.dtype != input.dtype:
+        raise RuntimeError(f"linear_cross_entropy: expected weight of the input's dtype {input.dtype}, got "
+                           f"{weight.dtype}")
+    if input.dim() < 1 or weight.dim() != 2 or weight.shape[1] != input.shape[-1]:
+        raise RuntimeError(f"linear_cross_entropy: input {tuple(input.shape)} and weight {tuple(weight.shape)} "
+                           "cannot be multiplied (weight expected [V, H] with H = input.shape[-1])")
+    if tuple(target.shape) != tuple(input.shape[:-1]):
+        raise ValueError(f"linear_cross_entropy: Expected target size {tuple(input.shape[:-1])}, got "
+                         f"{tuple(target.shape)}")
+    if not 0.0 <= float(label_smoothing) <= 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    if target.dtype not in (torch.int32, torch.int64):
+        target = target.to(torch.int64)
+    lead = input.shape[:-1]
+    x = _aligned(input.reshape(-1, input.shape[-1]))
+    w = _aligned(weight)
+    t = target.reshape(-1).detach()
+    params = _lce_params(ignore_index, label_smoothing, chunk_tokens)
+    if _grad_mode(input, weight):
+        out = LinearCrossEntropyFunction.apply(reduction, params, x.requires_grad, w.requires_grad, x, w, t)
+    else:
+        out = _loss_out(x, reduction, [x.shape[0]])
+        _lce_run(False, x.detach(), w.detach(), t, params, reduction, out=out)
+    return out.reshape(lead) if reduction == "none" else out
+
+
 # ---- pointwise losses -------------------------------------------------------------------------------
 def _pw_fw(op, inputs, params, reduction):
     row = LOSS_OPS[op]
@@ -468,6 +600,169 @@ def margin_ranking_loss(input1, input2, target, margin=0, size_average=None, red
                            f"input1: {input1.size()}, input2: {input2.size()}, target: {target.size()} ")
     return _pointwise("margin_ranking_loss", _reduction(size_average, reduce, reduction), {"margin": margin}, input1,
                       input2, target)
+
+
+# ---- losses over the last dim ------------------------------------------------------------------------
+_INDEX_TARGETS = ("multi_margin_loss", "multilabel_margin_loss")  # class-index targets, checked
+
+
+def _rows_fw(op, inputs, params, reduction, loss_shape):
+    row = LOSS_OPS[op]
+    x = inputs[0]
+    out = _loss_out(x, reduction, loss_shape)
+    tensors = {name: t for name, t in zip(row["inputs"], inputs)}
+    tensors["out"] = out
+    flag = None
+    if op in _INDEX_TARGETS and check_targets:
+        flag = torch.zeros(1, dtype=torch.int32, device=x.device)
+        tensors["error"] = flag
+    _run(op, False, tensors, params, reduction, x.device)
+    if flag is not None and int(flag.item()) != 0:
+        raise IndexError(f"baracuda.functional.{op}: target is out of bounds (a class index outside "
+                         f"[0, {x.shape[-1]}))")
+    return out
+
+
+if torch is not None:
+    class RowsLossFunction(torch.autograd.Function):
+        """Any rows op of loss_ops.def; inputs in table order (None for absent optional ones). The
+        backward recomputes the row sums from the saved inputs."""
+
+        @staticmethod
+        def forward(ctx, op, reduction, params, loss_shape, *inputs):
+            out = _rows_fw(op, inputs, params, reduction, loss_shape)
+            ctx.save_for_backward(*[t if t is not None else torch.empty(0) for t in inputs])
+            ctx.absent = [t is None for t in inputs]
+            ctx.op, ctx.reduction, ctx.params = op, reduction, params
+            return out
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            row = LOSS_OPS[ctx.op]
+            inputs = [None if a else t for t, a in zip(ctx.saved_tensors, ctx.absent)]
+            wanted = {name for i, name in enumerate(row["inputs"]) if ctx.needs_input_grad[4 + i]}
+            grads = _pw_bw(ctx.op, grad, inputs, ctx.params, ctx.reduction, wanted)
+            return (None, None, None, None, *[grads.get(name) for name in row["inputs"]])
+else:  # pragma: no cover
+    RowsLossFunction = None
+
+
+def _rows(op, reduction, params, inputs, floating):
+    """inputs in table order; `floating`: which are cast to the first one's dtype (the others are
+    class indices: int32/int64). The loss has the floating inputs' broadcast shape without the last
+    dim."""
+    require_torch()
+    _check_cuda(op, *inputs)
+    x = inputs[0]
+    if not x.dtype.is_floating_point:
+        raise RuntimeError(f"{op}: expected a floating point input, got {x.dtype}")
+    cast = []
+    for t, fl in zip(inputs, floating):
+        if t is None:
+            cast.append(None)
+        elif fl:
+            cast.append(t if t.dtype == x.dtype else t.to(x.dtype))
+        else:
+            cast.append(t.detach() if t.dtype in (torch.int32, torch.int64) else t.detach().to(torch.int64))
+    shape = torch.broadcast_shapes(*[t.shape for t, fl in zip(cast, floating) if fl and t is not None])
+    loss_shape = list(shape[:-1])
+    params = {k: float(v) for k, v in params.items()}
+    if _grad_mode(*[t for t, fl in zip(cast, floating) if fl]):
+        return RowsLossFunction.apply(op, reduction, params, loss_shape, *cast)
+    return _rows_fw(op, cast, params, reduction, loss_shape)
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, reduce=None, reduction="mean"):
+    """torch.nn.functional.cosine_embedding_loss: target 1 -> 1 - cos(x1, x2), -1 -> max(0, cos - margin)
+    (cos with torch's 1e-12 under each squared norm); inputs [N, D] with target [N], or [D] with []."""
+    reduction = _reduction(size_average, reduce, reduction)
+    require_torch()
+    if target.dim() not in (0, 1):
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if target.dim() == 1 and (input1.dim() != 2 or input2.dim() != 2):
+        raise RuntimeError(f"1D target tensor expects 2D input tensors, but found inputs with sizes "
+                           f"{list(input1.shape)} and {list(input2.shape)}.")
+    if target.dim() == 0 and (input1.dim() != 1 or input2.dim() != 1):
+        raise RuntimeError(f"0D target tensor expects 1D input tensors, but found inputs with sizes "
+                           f"{list(input1.shape)} and {list(input2.shape)}.")
+    rows = torch.broadcast_shapes(input1.shape, input2.shape)[:-1]
+    target = target.detach().expand(rows)  # one +-1 per row (torch's where() broadcasts it)
+    return _rows("cosine_embedding_loss", reduction, {"margin": margin}, [input1, input2, target], [True] * 3)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, size_average=None,
+                        reduce=None, reduction="mean"):
+    """torch.nn.functional.triplet_margin_loss: max(0, margin + d(a, p) - d(a, n)), d(u, v) = ||u - v +
+    eps||_p over the last dim (swap: d(a, n) -> min(d(a, n), d(p, n))); p > 0."""
+    reduction = _reduction(size_average, reduce, reduction)
+    if margin <= 0:
+        raise ValueError(f"TripletMarginLoss: expected margin to be greater than 0, got {margin} instead")
+    a_dim, p_dim, n_dim = anchor.dim(), positive.dim(), negative.dim()
+    if not (a_dim == p_dim == n_dim):
+        raise RuntimeError(f"The anchor, positive, and negative tensors are expected to have the same number of "
+                           f"dimensions, but got: anchor {a_dim}D, positive {p_dim}D, and negative {n_dim}D inputs")
+    return _rows("triplet_margin_loss", reduction, {"margin": margin, "p": p, "eps": eps, "swap": 1.0 if swap else 0.0},
+                 [anchor, positive, negative], [True] * 3)
+
+
+def _margin_shapes(op, input, target, same_shape):
+    if input.dim() > 2:
+        raise RuntimeError(f"{op}: Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                           f"{list(input.shape)}")
+    if same_shape:
+        if tuple(target.shape) != tuple(input.shape):
+            raise RuntimeError(f"{op}: inconsistent target size: {list(target.shape)} for input of size: "
+                               f"{list(input.shape)}")
+    else:
+        n = input.shape[0] if input.dim() == 2 else 1
+        if target.dim() > 1 or target.numel() != n:
+            raise RuntimeError(f"{op}: inconsistent target size, expected {n} but got {list(target.shape)}")
+
+
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=None, reduce=None,
+                      reduction="mean"):
+    """torch.nn.functional.multi_margin_loss: sum over i != y of max(0, margin - x[y] + x[i])^p times
+    weight[y], over C; input [N, C] or [C], target class indices [N] (or a scalar)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    require_torch()
+    if p != 1 and p != 2:
+        raise ValueError("only p == 1 and p == 2 supported")
+    if weight is not None and weight.dim() != 1:
+        raise ValueError("weight must be one-dimensional")
+    squeeze = input.dim() == 0
+    x = input.reshape(1) if squeeze else input
+    _margin_shapes("multi_margin_loss", x, target, False)
+    t = target.reshape(x.shape[:-1])
+    out = _rows("multi_margin_loss", reduction, {"p": p, "margin": margin},
+                [x, t, weight.detach().contiguous() if weight is not None else None], [True, False, True])
+    return out.reshape(target.shape) if reduction == "none" and not squeeze else out
+
+
+def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """torch.nn.functional.multilabel_margin_loss: input [N, C] or [C], target class indices of the
+    same shape, each row's labels ended by the first negative one."""
+    reduction = _reduction(size_average, reduce, reduction)
+    require_torch()
+    squeeze = input.dim() == 0
+    x = input.reshape(1) if squeeze else input
+    t = target.reshape(1) if squeeze and target.dim() == 0 else target
+    _margin_shapes("multilabel_margin_loss", x, t, True)
+    return _rows("multilabel_margin_loss", reduction, {}, [x, t], [True, False])
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """torch.nn.functional.multilabel_soft_margin_loss: -(1/C) sum_c w_c (y log sigmoid(x) + (1 - y)
+    log sigmoid(-x)) over the last dim (C = input.shape[-1]; weight broadcasts and takes no gradient)."""
+    reduction = _reduction(size_average, reduce, reduction)
+    require_torch()
+    if input.dim() >= 1:
+        full = torch.broadcast_shapes(*[t.shape for t in (input, target, weight) if t is not None])
+        if full[-1] != input.shape[-1]:
+            raise ValueError(f"multilabel_soft_margin_loss: target/weight broadcast the input's last dim "
+                             f"({input.shape[-1]} -> {full[-1]}), which is the class dim")
+    return _rows("multilabel_soft_margin_loss", reduction, {},
+                 [input, target, weight.detach() if weight is not None else None], [True, True, True])
 
 
 def loss_sku(op, tensors, params=None, reduction="mean", backward=False, fused_grad=False):

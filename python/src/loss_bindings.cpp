@@ -3,7 +3,9 @@
 // loss_ops()), "dy", "lse", "total_weight", "out", "save_lse", "save_total_weight", "error", and
 // the gradients as "grad_<input name>" ({"grad_input": dx}); scalar parameters by table name in a
 // second dict. The descriptor is derived from them: dtype from the first input, shapes and the
-// optional inputs from what is present, the target's dtype for class ops.
+// optional inputs from what is present, the target's dtype from the tensor named "target" (class
+// indices, or cross_entropy's probabilities; the other ops' targets have the input's dtype).
+// `tf32` lets linear_cross_entropy's float32 GEMMs use TF32 (torch's allow_tf32 flag).
 #include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -101,7 +103,8 @@ LossCall make_call(const std::string& op, bool backward, const nb::dict& tensors
     c.desc.present = present;
     for (int k = 0; k < kLossMaxInputs; ++k)
       if (present & (1u << k)) c.desc.shapes[k] = Shape::of(c.args.in[k].layout);
-    if (in.kind == LossKind::classes && (present & 2)) c.desc.target_dtype = c.args.in[1].dtype;
+    const int ti = in.input_index("target");
+    if (ti >= 0 && ti < kLossMaxInputs && (present & (1u << ti))) c.desc.target_dtype = c.args.in[ti].dtype;
   }
   c.desc.fused_grad = fused_grad;
   for (auto [k, v] : params) {
@@ -112,10 +115,25 @@ LossCall make_call(const std::string& op, bool backward, const nb::dict& tensors
   return c;
 }
 
-PlanPreference pref_of(bool vectorized) {
+PlanPreference pref_of(bool vectorized, bool tf32) {
   PlanPreference p;
   if (!vectorized) p.vectorized = Tristate::Forbid;
+  if (tf32) p.tf32 = Tristate::Require;
   return p;
+}
+
+const char* kind_name(LossKind k) {
+  switch (k) {
+    case LossKind::classes:
+      return "classes";
+    case LossKind::pointwise:
+      return "pointwise";
+    case LossKind::linear:
+      return "linear";
+    case LossKind::rows:
+      return "rows";
+  }
+  return "?";
 }
 
 nb::list loss_ops_rows() {
@@ -123,7 +141,7 @@ nb::list loss_ops_rows() {
   for (const auto& r : loss_ops()) {
     nb::dict d;
     d["name"] = r.name;
-    d["kind"] = r.kind == LossKind::classes ? "classes" : (r.kind == LossKind::pointwise ? "pointwise" : "linear");
+    d["kind"] = kind_name(r.kind);
     d["fw_dtypes"] = dtype_names(r.fw_dtypes);
     d["bw_dtypes"] = dtype_names(r.bw_dtypes);
     nb::list inputs, optional, grads, params;
@@ -153,7 +171,7 @@ void bind_loss(nb::module_& m) {
   m.def(
       "loss",
       [](const std::string& op, bool backward, nb::dict tensors, nb::dict params, const std::string& reduction,
-         uintptr_t stream, nb::object workspace, bool vectorized, bool fused_grad) {
+         uintptr_t stream, nb::object workspace, bool vectorized, bool fused_grad, bool tf32) {
         LossCall c = make_call(op, backward, tensors, params, reduction, fused_grad);
         View wsv;
         const Workspace ws = workspace_of(c.label, workspace, wsv);
@@ -161,36 +179,39 @@ void bind_loss(nb::module_& m) {
         {
           nb::gil_scoped_release release;
           DeviceGuard g(c.device);
-          r = baracuda::loss(reinterpret_cast<cudaStream_t>(stream), c.desc, c.args, ws, pref_of(vectorized));
+          r = baracuda::loss(reinterpret_cast<cudaStream_t>(stream), c.desc, c.args, ws, pref_of(vectorized, tf32));
         }
         unwrap(r);
       },
       nb::arg("op"), nb::arg("backward"), nb::arg("tensors"), nb::arg("params") = nb::dict(),
       nb::arg("reduction") = "mean", nb::arg("stream") = 0, nb::arg("workspace") = nb::none(),
-      nb::arg("vectorized") = true, nb::arg("fused_grad") = false,
+      nb::arg("vectorized") = true, nb::arg("fused_grad") = false, nb::arg("tf32") = false,
       "Runs a loss plan (cached by descriptor) on `stream`. `tensors` maps roles to tensors: the op's inputs by "
       "their loss_ops() names, dy, lse, total_weight, out, save_lse, save_total_weight, error, grad_<input>; "
       "`params` maps the op's parameter names to numbers.");
   m.def(
       "loss_workspace_size",
       [](const std::string& op, bool backward, nb::dict tensors, nb::dict params, const std::string& reduction,
-         bool fused_grad) {
+         bool fused_grad, bool tf32) {
         LossCall c = make_call(op, backward, tensors, params, reduction, fused_grad);
-        return unwrap(LossPlan::select(target_for(c.device), c.desc)).workspace_size();
+        // The plan loss() will run (the same per-thread cache, on the tensors' device).
+        DeviceGuard g(c.device);
+        return unwrap(baracuda::loss_workspace_size(c.desc, pref_of(true, tf32)));
       },
       nb::arg("op"), nb::arg("backward"), nb::arg("tensors"), nb::arg("params") = nb::dict(),
-      nb::arg("reduction") = "mean", nb::arg("fused_grad") = false);
+      nb::arg("reduction") = "mean", nb::arg("fused_grad") = false, nb::arg("tf32") = false);
   m.def(
       "loss_sku",
       [](const std::string& op, bool backward, nb::dict tensors, nb::dict params, const std::string& reduction,
-         bool vectorized, bool fused_grad) {
+         bool vectorized, bool fused_grad, bool tf32) {
         LossCall c = make_call(op, backward, tensors, params, reduction, fused_grad);
-        const LossPlan p = unwrap(LossPlan::select(target_for(c.device), c.desc, pref_of(vectorized)));
+        const LossPlan p = unwrap(LossPlan::select(target_for(c.device), c.desc, pref_of(vectorized, tf32)));
         unwrap(p.can_implement(c.args));
         return p.sku().to_string() + " layout=" + p.layout_for(c.args);
       },
       nb::arg("op"), nb::arg("backward"), nb::arg("tensors"), nb::arg("params") = nb::dict(),
-      nb::arg("reduction") = "mean", nb::arg("vectorized") = true, nb::arg("fused_grad") = false);
+      nb::arg("reduction") = "mean", nb::arg("vectorized") = true, nb::arg("fused_grad") = false,
+      nb::arg("tf32") = false);
 }
 
 const bool reg = baracuda::py::register_bindings(&bind_loss);

@@ -9,7 +9,13 @@ and empty batches, weights, label smoothing, probability targets, [N, C, d1, ...
 logits, out-of-range targets, the fused gradient (on sm_90 the thread-block cluster kernel of long
 rows: 2 to 16 CTAs a row, special values, in place, bit-stable), bit-identical repeated mean
 reductions; every pointwise loss x parameters x reduction x dtype with broadcasting and strided
-inputs; poisoned outputs catch unwritten elements.
+inputs; poisoned outputs catch unwritten elements. linear_cross_entropy against torch's
+F.cross_entropy(F.linear(x, w).to(up), t) (and entirely in the input dtype) for N in {1, 7, 300, 2049}
+(chunks of 128 / 512 with a short last one), V in {7, 129, 32000} (and 128256 on the cluster kernel),
+ignore_index, label smoothing, every reduction and dtype, forward and backward, with per-element bounds
+for the GEMMs' rounding; the rows losses (cosine_embedding, triplet_margin, multi_margin,
+multilabel_margin, multilabel_soft_margin) x parameters x dtypes x reductions over matrices, vectors,
+short / long / empty rows, strided and broadcast inputs.
 """
 import zlib
 
@@ -776,3 +782,348 @@ def test_pointwise_large():
     (g,) = torch.autograd.grad(F.mse_loss(xr, y), xr)
     expect = (2.0 / x.numel()) * (x.float() - y.float())
     close(g, expect.to(dt), 1.6e-2, 1e-12, "mse grad [16384, 4096]")
+
+
+# ---- linear_cross_entropy -----------------------------------------------------------------------------------
+U = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8, torch.float32: 2.0**-24, torch.float64: 2.0**-53}
+LCE_VARIANTS = ["plain", "ignore", "smoothing"]
+
+
+def lce_case(dt, n, v, h, variant, *seed):
+    x = randn((n, h), dt, "lce-x", IDS[dt], n, v, h, variant, *seed)
+    w = randn((v, h), dt, "lce-w", IDS[dt], n, v, h, variant, *seed, scale=3.0 / h**0.5)
+    t = randint((n,), v, "lce-t", IDS[dt], n, v, h, variant, *seed)
+    ignore, ls = -100, 0.0
+    if variant == "ignore":
+        t[::3] = -100
+    if variant == "smoothing":
+        ls = 0.1
+    return x, w, t, ignore, ls
+
+
+def lce_reference(x, w, t, ignore, ls, reduction, dy):
+    """torch: F.cross_entropy(F.linear(x, w).to(up), t) and its gradients (the logits rounded to x's dtype by
+    F.linear, the softmax in the upcast dtype), plus the operands of the gradient GEMMs for error bounds."""
+    up = UP[x.dtype]
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    logits = tF.linear(xr, wr)
+    ref = tF.cross_entropy(logits.to(up), t, ignore_index=ignore, reduction=reduction, label_smoothing=ls)
+    gx, gw = torch.autograd.grad(ref, (xr, wr), dy.to(up), retain_graph=True)
+    (dl,) = torch.autograd.grad(ref, (logits,), dy.to(up))
+    return ref.detach(), gx, gw, dl
+
+
+def gemm_bound(a, b, dt, k=4.0):
+    """k x unit roundoff x (|A| |B|): how far two correct GEMMs of one rounding dtype (different
+    accumulation orders, one rounding each) may disagree, plus the rounding of the output."""
+    return k * U[dt] * (a.abs().double() @ b.abs().double())
+
+
+def lce_check(x, w, t, ignore, ls, reduction, dy, out, gx, gw, chunks, what):
+    """Loss and gradients vs lce_reference. Two correct implementations may differ by a rounding of
+    each logit (GEMM order), which moves the loss by about |logit| x u and each dlogit by a few
+    |logit| x u relative; the gradient GEMMs then add their own roundings (and grad_weight one per
+    chunk), so each gradient element is bounded by (8 + 4 max|logit| + chunks) x u x (|A| |B|)."""
+    dt = x.dtype
+    ref, grx, grw, dl = lce_reference(x, w, t, ignore, ls, reduction, dy)
+    zmax = float((x.double().abs() @ w.double().abs().t()).max()) if x.numel() and w.numel() else 0.0
+    rtol, atol = loss_tol("linear_cross_entropy", dt, ref, reduction)
+    close(out, ref.to(dt), rtol, atol + 4 * U[dt] * zmax, what)
+    if gx is None:
+        return
+    rtol, atol = tol("linear_cross_entropy", dt, bw=True)
+    k = 8.0 + 4.0 * zmax
+    lce_close(gx, grx.to(dt), gemm_bound(dl, w, dt, k), rtol, atol, what + " d input")
+    lce_close(gw, grw.to(dt), gemm_bound(dl.t(), x, dt, k + chunks), rtol, atol, what + " d weight")
+    return grw
+
+
+def lce_close(got, ref, bound, rtol, atol, what):
+    assert got.shape == ref.shape and got.dtype == ref.dtype, f"{what}: {got.shape}/{got.dtype} vs {ref.shape}/{ref.dtype}"
+    err = (got.double() - ref.double()).abs()
+    lim = rtol * ref.double().abs() + atol + bound
+    bad = ~(err <= lim)
+    assert not bool(bad.any()), (f"{what}: {int(bad.sum())} of {err.numel()} element(s) past the bound; worst err "
+                                 f"{float(err.max()):.3g}")
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: IDS[d])
+@pytest.mark.parametrize("n", [1, 7, 300, 2049])
+@pytest.mark.parametrize("v", [7, 129, 32000])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("variant", LCE_VARIANTS)
+def test_linear_cross_entropy(dt, n, v, reduction, variant):
+    if n == 2049 and v == 32000 and (dt in (torch.float16, torch.float64) or variant != "plain"):
+        pytest.skip("[2049, 32000]: float32/bfloat16 plain cover the large case")
+    h = 64
+    chunk = {300: 128, 2049: 512}.get(n)  # chunk boundaries with a short last chunk (44 and 1 tokens)
+    x, w, t, ignore, ls = lce_case(dt, n, v, h, variant)
+    # No autograd: the forward-only plan.
+    with torch.no_grad():
+        out0 = F.linear_cross_entropy(x, w, t, ignore_index=ignore, reduction=reduction, label_smoothing=ls,
+                                      chunk_tokens=chunk)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    out = F.linear_cross_entropy(xr, wr, t, ignore_index=ignore, reduction=reduction, label_smoothing=ls,
+                                 chunk_tokens=chunk)
+    assert out.dtype == dt and out.shape == ((n,) if reduction == "none" else ())
+    dy = randn(out.shape, dt, "lce-dy", IDS[dt], n, v, reduction, variant)
+    gx, gw = torch.autograd.grad(out, (xr, wr), dy)
+    what = f"linear_cross_entropy {IDS[dt]} n={n} v={v} {reduction} {variant}"
+    chunks = (n + (chunk or n) - 1) // (chunk or n)
+    lce_check(x, w, t, ignore, ls, reduction, dy, out0, None, None, chunks, what + " (no grad)")
+    grw = lce_check(x, w, t, ignore, ls, reduction, dy, out, gx, gw, chunks, what)
+    if n > 1 and v > 1 and variant == "plain":
+        not_degenerate(grw, "linear_cross_entropy d weight")
+
+
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_linear_cross_entropy_in_dtype(dt):
+    """Against torch entirely in the input dtype: F.cross_entropy(F.linear(x, w), t)."""
+    x, w, t, ignore, ls = lce_case(dt, 300, 129, 64, "ignore", "dtype")
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    out = F.linear_cross_entropy(xr, wr, t, chunk_tokens=128)
+    xt, wt = x.clone().requires_grad_(), w.clone().requires_grad_()
+    ref = tF.cross_entropy(tF.linear(xt, wt), t)
+    close(out, ref.detach(), *tol("linear_cross_entropy", dt), "in-dtype loss")
+    g = torch.autograd.grad(out, (xr, wr))
+    gr = torch.autograd.grad(ref, (xt, wt))
+    for a, b, name in zip(g, gr, ("d input", "d weight")):
+        # Both round the logits and dlogits to the dtype, possibly at different elements.
+        close(a, b, tol("linear_cross_entropy", dt, True)[0], 2e-2 * float(b.abs().max()), f"in-dtype {name}")
+
+
+@pytest.mark.parametrize("v", [32000, 128256])
+def test_linear_cross_entropy_long_rows(v):
+    """LLM vocabularies in bfloat16: the fused gradient of a chunk on the cluster kernel (sm_90)."""
+    dt = torch.bfloat16
+    x, w, t, ignore, ls = lce_case(dt, 300, v, 128, "ignore", "long")
+    for chunk in (None, 128):
+        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = F.linear_cross_entropy(xr, wr, t, ignore_index=ignore, chunk_tokens=chunk)
+        dy = torch.full((), 0.75, dtype=dt, device=DEV)
+        gx, gw = torch.autograd.grad(out, (xr, wr), dy)
+        lce_check(x, w, t, ignore, ls, "mean", dy, out, gx, gw, 3 if chunk else 1, f"v={v} chunk={chunk}")
+
+
+def test_linear_cross_entropy_chunking_and_determinism():
+    """The loss sums per-row losses in a fixed order whatever the chunking (only the GEMM's logits may
+    change with the chunk's row count); repeated runs give identical losses and gradients."""
+    dt = torch.float32
+    x, w, t, _, _ = lce_case(dt, 2049, 129, 64, "ignore", "det")
+    losses = [F.linear_cross_entropy(x, w, t, chunk_tokens=c) for c in (None, 512, 100, 1)]
+    for c, l in zip((512, 100, 1), losses[1:]):
+        close(l, losses[0], 1e-6, 1e-6, f"chunk_tokens={c}")
+    runs = []
+    for _ in range(2):
+        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = F.linear_cross_entropy(xr, wr, t, chunk_tokens=512)
+        runs.append((out, *torch.autograd.grad(out, (xr, wr))))
+    for a, b in zip(runs[0], runs[1]):
+        assert torch.equal(a, b), "linear_cross_entropy differs between runs"
+
+
+def test_linear_cross_entropy_shapes_and_errors():
+    dt = torch.float32
+    # Leading dims: input [B, S, H], target [B, S].
+    x = randn((3, 5, 64), dt, "lce-3d")
+    w = randn((129, 64), dt, "lce-3d-w", scale=0.3)
+    t = randint((3, 5), 129, "lce-3d-t")
+    xr = x.clone().requires_grad_()
+    out = F.linear_cross_entropy(xr, w, t, reduction="none")
+    assert out.shape == (3, 5)
+    ref = tF.cross_entropy(tF.linear(x.double(), w.double()).reshape(15, 129), t.reshape(15), reduction="none")
+    close(out, ref.reshape(3, 5).float(), 1e-5, 1e-5, "[B, S, H] loss")
+    (g,) = torch.autograd.grad(out.sum(), xr)
+    assert g.shape == x.shape
+    # Empty batch: mean NaN, sum 0, zero weight gradient.
+    e = torch.empty((0, 64), device=DEV, requires_grad=True)
+    wr = w.clone().requires_grad_()
+    te = torch.empty((0,), dtype=torch.int64, device=DEV)
+    assert torch.isnan(F.linear_cross_entropy(e, wr, te))
+    s = F.linear_cross_entropy(e, wr, te, reduction="sum")
+    assert s.item() == 0
+    ge, gw = torch.autograd.grad(s, (e, wr))
+    assert ge.shape == (0, 64) and torch.equal(gw, torch.zeros_like(gw))
+    # Out-of-range targets raise; refused shapes and dtypes.
+    with pytest.raises(IndexError):
+        F.linear_cross_entropy(x.reshape(15, 64), w, torch.full((15,), 129, device=DEV))
+    with pytest.raises(RuntimeError):
+        F.linear_cross_entropy(x, w.double(), t)
+    with pytest.raises(RuntimeError):
+        F.linear_cross_entropy(x, w[:, :63], t)
+    with pytest.raises(ValueError):
+        F.linear_cross_entropy(x, w, t[:, :4])
+    # A non-contiguous weight (a transposed view) is copied, not refused.
+    wt = randn((64, 129), dt, "lce-wt", scale=0.3).t()
+    close(F.linear_cross_entropy(x, wt, t), tF.cross_entropy(tF.linear(x, wt).reshape(15, 129), t.reshape(15)),
+          1e-5, 1e-5, "transposed weight")
+
+
+# ---- losses over the last dim ------------------------------------------------------------------------------
+def rows_inputs(op, dt, shape, variant, *seed):
+    """(positional tensors, keyword arguments, which positional tensors take a gradient) for one case."""
+    s = (op, IDS[dt], shape, variant) + seed
+    rows = shape[:-1]
+    d = shape[-1]
+    if op == "cosine_embedding_loss":
+        x1, x2 = randn(shape, dt, "x1", *s), randn(shape, dt, "x2", *s)
+        y = signs(rows, dt, "y", *s)
+        return [x1, x2, y], {"margin": {"default": 0.0, "margin": 0.3}[variant]}, [True, True, False]
+    if op == "triplet_margin_loss":
+        p, swap, margin = {"p2": (2, False, 1.0), "p1": (1, False, 1.0), "p3_swap": (3, True, 0.5),
+                           "p2_swap": (2, True, 2.0)}[variant]
+        a = randn(shape, dt, "a", *s)
+        # Positives and negatives at similar distances: the hinge is active in some rows, not all.
+        pos = (a.to(UP[dt]) + 0.6 * randn(shape, UP[dt], "p", *s)).to(dt)
+        neg = (a.to(UP[dt]) + 0.6 * randn(shape, UP[dt], "n", *s)).to(dt)
+        return [a, pos, neg], {"margin": margin, "p": p, "swap": swap}, [True, True, True]
+    if op == "multi_margin_loss":
+        x = randn(shape, dt, "x", *s, scale=0.5)
+        y = randint(rows, d, "y", *s)
+        p, margin, weighted = {"p1": (1, 1.0, False), "p2": (2, 1.0, False), "p1_weight": (1, 0.5, True),
+                               "p2_weight": (2, 1.0, True)}[variant]
+        kw = {"p": p, "margin": margin}
+        if weighted:
+            kw["weight"] = rand((d,), dt, "w", *s, lo=0.5, hi=2.0)
+        return [x, y], kw, [True, False]
+    if op == "multilabel_margin_loss":
+        x = randn(shape, dt, "x", *s, scale=0.5)
+        g = gen("labels", *s)
+        lab = torch.full(shape, -1, dtype=torch.int64)
+        flat = lab.reshape(-1, d)
+        for r in range(flat.shape[0]):
+            k = int(torch.randint(0, min(d, 6) + 1, (1,), generator=g))
+            flat[r, :k] = torch.randint(0, d, (k,), generator=g)  # repeats allowed (they count twice)
+            if k < d and variant == "garbage_after_end":
+                flat[r, k + 1:] = torch.randint(0, d, (d - k - 1,), generator=g)  # after the -1: ignored
+        return [x, lab.to(DEV)], {}, [True, False]
+    # multilabel_soft_margin_loss
+    x = randn(shape, dt, "x", *s)
+    y = rand(shape, dt, "y", *s) if variant != "binary" else (rand(shape, torch.float64, "y", *s) < 0.5).to(dt)
+    kw = {}
+    if variant == "weight":
+        kw["weight"] = rand((d,), dt, "w", *s, lo=0.5, hi=2.0)
+    return [x, y], kw, [True, True]
+
+
+ROWS_CASES = {"cosine_embedding_loss": ["default", "margin"], "triplet_margin_loss": ["p2", "p1", "p3_swap", "p2_swap"],
+              "multi_margin_loss": ["p1", "p2", "p1_weight", "p2_weight"],
+              "multilabel_margin_loss": ["default", "garbage_after_end"],
+              "multilabel_soft_margin_loss": ["default", "binary", "weight"]}
+ROWS_PARAMS = [(op, v) for op, vs in ROWS_CASES.items() for v in vs]
+ROWS_SHAPES = {"matrix": (33, 129), "vector": (129,), "short": (65, 7), "long": (5, 4097), "empty": (0, 17)}
+
+
+@pytest.mark.parametrize("op,variant", ROWS_PARAMS, ids=[f"{o}-{v}" for o, v in ROWS_PARAMS])
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: IDS[d])
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("layout", list(ROWS_SHAPES) + ["transposed"])
+def test_rows_losses(op, variant, dt, reduction, layout):
+    shape = ROWS_SHAPES.get(layout, (33, 129))
+    tensors, kw, grads = rows_inputs(op, dt, shape, variant)
+    if layout == "transposed":  # column-major copies: the last dim is strided
+        tensors = [t.t().contiguous().t() if t.dim() == 2 else t for t in tensors]
+    up = UP[dt]
+    ours = [t.clone().requires_grad_() if g else t for t, g in zip(tensors, grads)]  # clone keeps the strides
+    refs = [t.detach().to(up).requires_grad_() if g else (t.to(up) if t.dtype.is_floating_point else t)
+            for t, g in zip(tensors, grads)]
+    kw_ref = {k: (v.to(up) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+    out = getattr(F, op)(*ours, **kw, reduction=reduction)
+    ref = getattr(tF, op)(*refs, **kw_ref, reduction=reduction)
+    what = f"{op}[{variant}] {IDS[dt]} {reduction} {layout}"
+    assert out.dtype == dt
+    close(out, ref.detach().to(dt), *loss_tol(op, dt, ref.detach(), reduction), what)
+    leaves = [t for t, g in zip(ours, grads) if g]
+    rleaves = [t for t, g in zip(refs, grads) if g]
+    if not out.numel() or not any(t.numel() for t in leaves):
+        return
+    dy = randn(out.shape, dt, "dy", op, variant, IDS[dt], reduction, layout)
+    gs = torch.autograd.grad(out, leaves, dy)
+    grs = torch.autograd.grad(ref, rleaves, dy.to(up))
+    rtol, atol = tol(op, dt, bw=True)
+    if reduction == "mean":
+        atol = atol / max(1, out.numel() if out.dim() else tensors[0][..., 0].numel())
+    if dt == torch.float16:
+        atol = max(atol, 2.0**-24)
+    for i, (g, gr) in enumerate(zip(gs, grs)):
+        close(g, gr.to(dt), rtol, atol, f"{what} grad {i}")
+
+
+@pytest.mark.parametrize("op", ["cosine_embedding_loss", "triplet_margin_loss", "multilabel_soft_margin_loss"])
+def test_rows_broadcast(op):
+    """A broadcast input (one row for every row) receives the sum of its gradients."""
+    dt = torch.float32
+    tensors, kw, grads = rows_inputs(op, dt, (33, 129), {"cosine_embedding_loss": "margin",
+                                                          "triplet_margin_loss": "p2_swap",
+                                                          "multilabel_soft_margin_loss": "weight"}[op])
+    tensors[1] = tensors[1][:1].clone() if op != "multilabel_soft_margin_loss" else tensors[1][0].clone()
+    ours = [t.clone().requires_grad_() if g else t for t, g in zip(tensors, grads)]
+    refs = [t.detach().double().requires_grad_() if g else t.double() for t, g in zip(tensors, grads)]
+    kw_ref = {k: (v.double() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+    out = getattr(F, op)(*ours, **kw, reduction="sum")
+    ref = getattr(tF, op)(*refs, **kw_ref, reduction="sum")
+    close(out, ref.float(), 1e-5, 1e-4, f"{op} broadcast")
+    gs = torch.autograd.grad(out, [t for t, g in zip(ours, grads) if g])
+    grs = torch.autograd.grad(ref, [t for t, g in zip(refs, grads) if g])
+    for i, (g, gr) in enumerate(zip(gs, grs)):
+        close(g, gr.float(), 1e-5, 1e-4, f"{op} broadcast grad {i}")
+
+
+def test_rows_errors_and_targets():
+    x = randn((4, 10), torch.float32, "rows-err")
+    with pytest.raises(IndexError):
+        F.multi_margin_loss(x, torch.tensor([1, 10, 2, 3], device=DEV))
+    lab = torch.full((4, 10), -1, dtype=torch.int64, device=DEV)
+    lab[1, 0] = 12
+    with pytest.raises(IndexError):
+        F.multilabel_margin_loss(x, lab)
+    BL.check_targets = False
+    try:
+        out = F.multi_margin_loss(x, torch.tensor([1, 10, 2, 3], device=DEV), reduction="none")
+        assert torch.isnan(out[1]) and torch.isfinite(out[[0, 2, 3]]).all()
+    finally:
+        BL.check_targets = True
+    with pytest.raises(ValueError):
+        F.multi_margin_loss(x, torch.zeros(4, dtype=torch.int64, device=DEV), p=3)
+    with pytest.raises(RuntimeError):
+        F.cosine_embedding_loss(x, x, torch.ones(4, 1, device=DEV))
+    with pytest.raises(RuntimeError):
+        F.triplet_margin_loss(x, x, x[0])
+    with pytest.raises(RuntimeError):
+        F.multilabel_margin_loss(x, lab[:, :5])
+    # multi_margin with a [C] input and a one-element target (torch's 'none' keeps the target's shape).
+    v = randn((10,), torch.float32, "rows-vec")
+    for tgt in (torch.tensor(3, device=DEV), torch.tensor([3], device=DEV)):
+        o = F.multi_margin_loss(v, tgt, reduction="none")
+        r = tF.multi_margin_loss(v, tgt, reduction="none")
+        assert o.shape == r.shape
+        close(o, r, 1e-6, 1e-6, "multi_margin [C]")
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("op", list(ROWS_CASES))
+def test_rows_poisoned_outputs(op):
+    """Every per-row loss and gradient element is written: outputs start as NaN."""
+    dt = torch.bfloat16
+    tensors, kw, grads = rows_inputs(op, dt, (33, 129), ROWS_CASES[op][0])
+    names = ROWS[op]["inputs"]
+    roles = dict(zip(names, tensors))
+    if "weight" in kw:
+        roles["weight"] = kw.pop("weight")
+    params = {k: float(v) for k, v in kw.items()}
+    stream = torch.cuda.current_stream().cuda_stream
+    out = torch.full((33,), float("nan"), dtype=dt, device=DEV)
+    _C.loss(op, False, {**{k: dl(v) for k, v in roles.items()}, "out": dl(out)}, params, "none", stream)
+    gnames = [g for g in ROWS[op]["grads"]]
+    gts = {f"grad_{g}": torch.full_like(roles[g], float("nan")) for g in gnames}
+    bw = {**{k: dl(v) for k, v in roles.items()}, "dy": dl(torch.ones((33,), dtype=dt, device=DEV)),
+          **{k: dl(v) for k, v in gts.items()}}
+    n = _C.loss_workspace_size(op, True, dict(bw), params, "none")
+    bw = {**{k: dl(v) for k, v in roles.items()}, "dy": dl(torch.ones((33,), dtype=dt, device=DEV)),
+          **{k: dl(v) for k, v in gts.items()}}
+    ws = torch.full((max(n, 1),), 255, dtype=torch.uint8, device=DEV)
+    _C.loss(op, True, bw, params, "none", stream, dl(ws))
+    torch.cuda.synchronize()
+    assert torch.isfinite(out.float()).all(), f"{op}: out has unwritten elements"
+    for k, v in gts.items():
+        assert torch.isfinite(v.float()).all(), f"{op}: {k} has unwritten elements"

@@ -71,16 +71,52 @@ LossDesc probe(const LossOpInfo& in, DType dt, Direction dir) {
       d.shapes[k] = Shape::of({4, 8});
       d.present |= uint8_t(1u << k);
     }
+  if (in.op == LossOp::cosine_embedding_loss || in.op == LossOp::multi_margin_loss)
+    d.shapes[in.input_index("target")] = Shape::of({4});  // one per row
   return d;
+}
+
+/// linear_cross_entropy over hidden [n, h], weight [v, h], int64 targets.
+LossDesc lce(DType dt, int64_t n, int64_t h, int64_t v, Reduction r = Reduction::mean,
+             Direction dir = Direction::Forward, bool grads = false, int64_t chunk_tokens = 0) {
+  LossDesc d = LossDesc::linear_cross_entropy(dt, n, h, v, DType::s64, r, -100, 0.0, chunk_tokens, dir);
+  d.fused_grad = grads;
+  return d;
+}
+
+/// Forward linear_cross_entropy args matching lce(dt, n, h, v) (reduced: out []).
+LossArgs lce_args(DType dt, int64_t n, int64_t h, int64_t v, bool reduced = true) {
+  LossArgs a;
+  a.in[0] = ref_of(0, dt, Layout::contiguous({n, h}));
+  a.in[1] = ref_of(1, dt, Layout::contiguous({v, h}));
+  a.in[2] = ref_of(2, DType::s64, Layout::contiguous({n}));
+  a.out = reduced ? mut_of(3, dt, Layout::contiguous({})) : mut_of(3, dt, Layout::contiguous({n}));
+  return a;
 }
 
 // ---- table and coverage ------------------------------------------------------------------------------
 TEST(LossTable, RowsAndColumns) {
-  ASSERT_EQ(loss_ops().size(), 15u);
-  for (const char* n :
-       {"cross_entropy", "nll_loss", "linear_cross_entropy", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
-        "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss", "gaussian_nll_loss",
-        "soft_margin_loss", "hinge_embedding_loss", "margin_ranking_loss"}) {
+  ASSERT_EQ(loss_ops().size(), 20u);
+  for (const char* n : {"cross_entropy",
+                        "nll_loss",
+                        "linear_cross_entropy",
+                        "mse_loss",
+                        "l1_loss",
+                        "smooth_l1_loss",
+                        "huber_loss",
+                        "binary_cross_entropy",
+                        "binary_cross_entropy_with_logits",
+                        "kl_div",
+                        "poisson_nll_loss",
+                        "gaussian_nll_loss",
+                        "soft_margin_loss",
+                        "hinge_embedding_loss",
+                        "margin_ranking_loss",
+                        "cosine_embedding_loss",
+                        "triplet_margin_loss",
+                        "multi_margin_loss",
+                        "multilabel_margin_loss",
+                        "multilabel_soft_margin_loss"}) {
     auto op = loss_op_from_name(n);
     ASSERT_TRUE(op.has_value()) << n;
     EXPECT_STREQ(info(*op).name, n);
@@ -104,6 +140,18 @@ TEST(LossTable, RowsAndColumns) {
   EXPECT_DOUBLE_EQ(c.param_default(c.param_index("ignore_index")), -100.0);
   EXPECT_EQ(info(LossOp::margin_ranking_loss).input_name(0), "input1");
   EXPECT_EQ(info(LossOp::soft_margin_loss).num_grads(), 1);
+  const auto& t = info(LossOp::triplet_margin_loss);
+  EXPECT_EQ(t.kind, LossKind::rows);
+  EXPECT_EQ(t.num_params(), 4);
+  EXPECT_EQ(t.param_name(3), "swap");
+  EXPECT_DOUBLE_EQ(t.param_default(2), 1e-6);
+  EXPECT_EQ(info(LossOp::multi_margin_loss).num_grads(), 1);
+  EXPECT_TRUE(info(LossOp::multi_margin_loss).input_optional(2));
+  EXPECT_EQ(info(LossOp::multilabel_soft_margin_loss).grad_name(1), "target");
+  const auto& l = info(LossOp::linear_cross_entropy);
+  EXPECT_EQ(l.kind, LossKind::linear);
+  EXPECT_EQ(l.input_index("target"), 2);
+  EXPECT_EQ(l.param_name(2), "chunk_tokens");
   EXPECT_EQ(loss_stats_dtype(DType::bf16), DType::f32);
   EXPECT_EQ(loss_stats_dtype(DType::f64), DType::f64);
   EXPECT_EQ(reduction_from_name("batchmean"), Reduction::batchmean);
@@ -122,8 +170,6 @@ TEST(LossCoverage, AcceptsExactlyDeclaredDtypes) {
         if (contains(declared, t)) {
           ASSERT_TRUE(plan.ok()) << plan.message();
           EXPECT_EQ(plan->sku().category, "loss");
-        } else if (in.kind == LossKind::linear) {
-          EXPECT_FAILS_WITH(plan, Status::Unsupported, in.name, "chunked GEMM", "not implemented");
         } else {
           EXPECT_FAILS_WITH(plan, Status::Unsupported, in.name, "dtype", "got " + std::string(name(t)));
         }
@@ -140,7 +186,7 @@ TEST(LossCoverage, ListedRows) {
   for (const auto& in : loss_ops())
     for (Direction dir : {Direction::Forward, Direction::Backward})
       for (const char* dt : {"float32", "float16", "bfloat16", "float64"})
-        EXPECT_EQ(has(in.name, dir, dt), in.kind != LossKind::linear) << in.name << " " << dt;
+        EXPECT_TRUE(has(in.name, dir, dt)) << in.name << " " << dt;
   EXPECT_TRUE(has("cross_entropy", Direction::Backward, "bfloat16,bfloat16->bfloat16"));  // probabilities
   EXPECT_FALSE(has("nll_loss", Direction::Forward, "bfloat16,bfloat16->bfloat16"));
   EXPECT_FALSE(has("mse_loss", Direction::Forward, "int32"));
@@ -211,11 +257,280 @@ TEST(LossSelect, ClassParameters) {
   EXPECT_FAILS_WITH(LossPlan::select(kTarget, m), Status::InvalidProblem, "mse_loss", "fused_grad");
 }
 
-TEST(LossSelect, LinearCrossEntropyIsRefused) {
-  auto d = LossDesc::make(LossOp::linear_cross_entropy, DType::bf16,
-                          {Shape::of({8192, 4096}), Shape::of({128256, 4096}), Shape::of({8192})});
-  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d), Status::Unsupported, "linear_cross_entropy", "chunked GEMM",
-                    "not implemented");
+// ---- linear_cross_entropy -------------------------------------------------------------------------------
+TEST(LossLinear, ChunksAndWorkspace) {
+  // LLM head: [2048, 128256] bf16 logits (501 MiB) a chunk, four chunks; the cluster kernel when fused.
+  auto p = LossPlan::select(kTarget, lce(DType::bf16, 8192, 4096, 128256, Reduction::mean, Direction::Forward, true));
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->config().chunk_tokens, 2048);
+  EXPECT_EQ(p->config().chunks, 4);
+  EXPECT_EQ(p->config().cluster, 8);
+  EXPECT_EQ(p->rows(), 8192);
+  EXPECT_EQ(p->classes(), 128256);
+  EXPECT_EQ(p->loss_shape(), Shape{});
+  const size_t logits = size_t{2048} * 128256 * 2;
+  EXPECT_GE(p->workspace_size(), logits + 2 * 8192 * 4);
+  EXPECT_LE(p->workspace_size(), logits + (size_t{64} << 20)) << "logits chunk + rows + GEMM workspace";
+  EXPECT_EQ(p->sku().category, "loss");
+  EXPECT_NE(p->sku().layout.find("chunks(4x2048)"), std::string::npos) << p->sku().layout;
+  EXPECT_NE(p->sku().layout.find("cluster-rows(ctas=8)"), std::string::npos) << p->sku().layout;
+  EXPECT_TRUE(p->precision().deterministic);
+  EXPECT_NE(p->precision().note.find("logits rounded to bfloat16"), std::string::npos) << p->precision().note;
+  EXPECT_NE(p->precision().note.find("grad_weight accumulated over 4 chunks"), std::string::npos);
+  // Forward only: no cluster (no fused gradient), the streaming row kernel.
+  auto f = LossPlan::select(kTarget, lce(DType::bf16, 8192, 4096, 128256));
+  ASSERT_TRUE(f.ok()) << f.message();
+  EXPECT_EQ(f->config().cluster, 0);
+  EXPECT_EQ(f->config().tpr, 512);
+  // A caller's chunk: 2049 tokens in chunks of 512 (four full, one of 1 token).
+  auto c = LossPlan::select(kTarget, lce(DType::f32, 2049, 64, 129, Reduction::sum, Direction::Forward, true, 512));
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->config().chunk_tokens, 512);
+  EXPECT_EQ(c->config().chunks, 5);
+  // Few tokens: one chunk of all of them; an empty batch has no chunk.
+  auto s = LossPlan::select(kTarget, lce(DType::f16, 7, 64, 32000));
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(s->config().chunk_tokens, 7);
+  EXPECT_EQ(s->config().chunks, 1);
+  auto e = LossPlan::select(kTarget, lce(DType::f32, 0, 64, 10, Reduction::mean, Direction::Forward, true));
+  ASSERT_TRUE(e.ok()) << e.message();
+  EXPECT_EQ(e->config().chunks, 0);
+  // reduction none: the loss has one value per token.
+  auto n = LossPlan::select(kTarget, lce(DType::f32, 7, 64, 10, Reduction::none));
+  EXPECT_EQ(n->loss_shape(), Shape::of({7}));
+  // The backward recomputes: a plan of its own.
+  auto b = LossPlan::select(kTarget, lce(DType::bf16, 300, 64, 129, Reduction::none, Direction::Backward));
+  ASSERT_TRUE(b.ok()) << b.message();
+  EXPECT_EQ(b->sku().op, "linear_cross_entropy_backward");
+}
+
+TEST(LossLinear, Refusals) {
+  auto d = lce(DType::f32, 7, 64, 10);
+  d.shapes[0] = Shape::of({7 * 64});
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d), Status::InvalidProblem, "linear_cross_entropy", "input", "rank 2");
+  d = lce(DType::f32, 7, 64, 10);
+  d.shapes[1] = Shape::of({10, 65});
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d), Status::InvalidProblem, "weight.shape[1]", "64", "got 65");
+  d = lce(DType::f32, 7, 64, 10);
+  d.shapes[2] = Shape::of({8});
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d), Status::InvalidProblem, "target shape", "[7]", "got [8]");
+  d = lce(DType::f32, 7, 64, 10);
+  d.target_dtype = DType::f32;
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d), Status::InvalidProblem, "target dtype", "int32 or int64",
+                    "got float32");
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, lce(DType::f32, 7, 64, 0)), Status::InvalidProblem, "classes", ">= 1");
+  d = lce(DType::f32, 7, 64, 10);
+  ASSERT_TRUE(d.set_param("chunk_tokens", 1.5).ok());
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d), Status::InvalidProblem, "chunk_tokens", "integer >= 0");
+  d = lce(DType::f32, 7, 64, 10);
+  ASSERT_TRUE(d.set_param("label_smoothing", 2.0).ok());
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d), Status::InvalidProblem, "label_smoothing", "[0, 1]");
+  d = lce(DType::f32, 7, 64, 10, Reduction::none, Direction::Backward, true);
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d), Status::InvalidProblem, "linear_cross_entropy_backward",
+                    "fused_grad");
+  d = lce(DType::f32, 7, 64, 10, Reduction::batchmean);
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d), Status::InvalidProblem, "batchmean");
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, lce(DType::s32, 7, 64, 10)), Status::Unsupported, "linear_cross_entropy",
+                    "dtype", "got int32");
+  EXPECT_FAILS_WITH(LossPlan::select(Target::offline(75), lce(DType::f32, 7, 64, 10)), Status::Unsupported, "sm_75");
+  PlanPreference p;
+  p.reduced_precision_reduction = Tristate::Require;
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, lce(DType::f16, 7, 64, 10), p), Status::Unsupported,
+                    "reduced_precision_reduction");
+  p = {};
+  p.tf32 = Tristate::Require;  // the GEMMs honour it for float32 and refuse it otherwise
+  EXPECT_TRUE(LossPlan::select(kTarget, lce(DType::f32, 7, 64, 10), p).ok());
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, lce(DType::bf16, 7, 64, 10), p), Status::Unsupported,
+                    "linear_cross_entropy", "logits", "GEMM", "tf32");
+}
+
+TEST(LossLinear, Arguments) {
+  const DType dt = DType::bf16;
+  auto p = LossPlan::select(kTarget, lce(dt, 7, 64, 10));
+  ASSERT_TRUE(p.ok()) << p.message();
+  auto a = lce_args(dt, 7, 64, 10);
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  EXPECT_EQ(p->layout_for(a), "chunks(1x7)+subwarp-rows(tpr=1)-scalar") << "10 classes: not a multiple of 8";
+  a.error = mut_of(5, DType::s32, Layout::contiguous({1}));
+  EXPECT_TRUE(p->can_implement(a).ok()) << "the error flag is optional";
+  a = lce_args(dt, 7, 64, 10);
+  a.in[0].layout = strided({7, 64}, {1, 7});
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "input", "dense row-major", "(1, 7)");
+  a = lce_args(dt, 7, 64, 10);
+  a.in[1] = ref_of(1, dt, Layout::contiguous({10, 64}), 2);
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::MisalignedOperand, "weight", "16-byte aligned");
+  a = lce_args(dt, 7, 64, 10);
+  a.in[2].dtype = DType::s32;
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "target dtype", "int64", "got int32");
+  a = lce_args(dt, 7, 64, 10);
+  a.in[2].layout = strided({7}, {3});
+  EXPECT_TRUE(p->can_implement(a).ok()) << "a strided target";
+  a = lce_args(dt, 7, 64, 10);
+  a.grad[0] = mut_of(6, dt, Layout::contiguous({7, 64}));
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "grad[0]/grad[1] given", "fused_grad is false");
+  a = lce_args(dt, 7, 64, 10);
+  a.save_lse = mut_of(6, DType::f32, Layout::contiguous({7}));
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "save_lse", "no statistics");
+  a = lce_args(dt, 7, 64, 10);
+  a.out.layout = Layout::contiguous({7});
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "out", "one element");
+  // The fused forward: gradients optional, dy optional, no aliasing of inputs.
+  auto fp = LossPlan::select(kTarget, lce(dt, 7, 64, 128, Reduction::sum, Direction::Forward, true));
+  ASSERT_TRUE(fp.ok()) << fp.message();
+  auto f = lce_args(dt, 7, 64, 128);
+  f.grad[1] = mut_of(7, dt, Layout::contiguous({128, 64}));
+  EXPECT_TRUE(fp->can_implement(f).ok()) << fp->can_implement(f).message();
+  EXPECT_EQ(fp->layout_for(f), "chunks(1x7)+subwarp-rows(tpr=4)-vec16+grad-gemms");
+  f.grad[0] = mut_of(0, dt, Layout::contiguous({7, 64}));
+  EXPECT_FAILS_WITH(fp->can_implement(f), Status::InvalidProblem, "overlaps");
+  f.grad[0] = mut_of(6, dt, Layout::contiguous({7, 65}));
+  EXPECT_FAILS_WITH(fp->can_implement(f), Status::InvalidProblem, "grad[0] (input) shape", "[7, 64]");
+  f.grad[0] = {};
+  f.dy = ref_of(8, dt, Layout::contiguous({2}));
+  EXPECT_FAILS_WITH(fp->can_implement(f), Status::InvalidProblem, "dy", "one element");
+  // The backward: dy required, no out.
+  auto bp = LossPlan::select(kTarget, lce(dt, 7, 64, 128, Reduction::none, Direction::Backward));
+  LossArgs b = lce_args(dt, 7, 64, 128, false);
+  b.out = {};
+  b.grad[0] = mut_of(6, dt, Layout::contiguous({7, 64}));
+  EXPECT_FAILS_WITH(bp->can_implement(b), Status::InvalidProblem, "dy", "required");
+  b.dy = ref_of(8, dt, strided({7}, {0}));  // an expanded upstream gradient
+  EXPECT_TRUE(bp->can_implement(b).ok()) << bp->can_implement(b).message();
+  b.out = mut_of(3, dt, Layout::contiguous({7}));
+  EXPECT_FAILS_WITH(bp->can_implement(b), Status::InvalidProblem, "out given", "backward");
+  // run() checks the workspace first.
+  f.dy = {};
+  EXPECT_FAILS_WITH(fp->run(nullptr, Workspace{fake_ptr(9), 16}, f), Status::WorkspaceTooSmall, "workspace");
+  EXPECT_FAILS_WITH(fp->run(nullptr, Workspace{fake_ptr(9, 8), fp->workspace_size()}, f), Status::MisalignedOperand,
+                    "workspace pointer", "16-byte aligned");
+}
+
+// ---- rows ops (losses over the last dim) ------------------------------------------------------------------
+LossDesc rows_desc(LossOp op, DType dt, std::initializer_list<Shape> shapes, Reduction r = Reduction::mean,
+                   Direction dir = Direction::Forward) {
+  return LossDesc::make(op, dt, shapes, r, dir);
+}
+
+TEST(LossRows, Select) {
+  const Shape x = Shape::of({8, 64}), rows = Shape::of({8});
+  auto c = LossPlan::select(kTarget, rows_desc(LossOp::cosine_embedding_loss, DType::f32, {x, x, rows}));
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->rows(), 8);
+  EXPECT_EQ(c->classes(), 64);
+  EXPECT_EQ(c->config().tpr, 16);
+  EXPECT_EQ(c->sku().layout, "last-dim-rows(tpr=16)");
+  auto none =
+      LossPlan::select(kTarget, rows_desc(LossOp::cosine_embedding_loss, DType::f32, {x, x, rows}, Reduction::none));
+  EXPECT_EQ(none->loss_shape(), rows);
+  // Broadcasting: the input2 of one row serves every row.
+  EXPECT_TRUE(
+      LossPlan::select(kTarget, rows_desc(LossOp::cosine_embedding_loss, DType::f32, {x, Shape::of({64}), rows})).ok());
+  EXPECT_FAILS_WITH(
+      LossPlan::select(kTarget, rows_desc(LossOp::cosine_embedding_loss, DType::f32, {x, x, Shape::of({9})})),
+      Status::InvalidProblem, "cosine_embedding_loss", "target shape", "[8]", "got [9]");
+  EXPECT_FAILS_WITH(
+      LossPlan::select(kTarget, rows_desc(LossOp::triplet_margin_loss, DType::f32, {Shape{}, Shape{}, Shape{}})),
+      Status::InvalidProblem, "triplet_margin_loss", "rank >= 1");
+  auto t = rows_desc(LossOp::triplet_margin_loss, DType::bf16, {x, x, x});
+  EXPECT_DOUBLE_EQ(t.param("p"), 2.0);
+  ASSERT_TRUE(t.set_param("p", 0.0).ok());
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, t), Status::InvalidProblem, "p expected", "> 0", "got 0");
+  ASSERT_TRUE(t.set_param("p", 3.0).ok());
+  ASSERT_TRUE(t.set_param("swap", 2.0).ok());
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, t), Status::InvalidProblem, "swap", "0 or 1");
+  ASSERT_TRUE(t.set_param("swap", 1.0).ok());
+  EXPECT_TRUE(LossPlan::select(kTarget, t).ok()) << "any p > 0 with swap";
+  auto m = rows_desc(LossOp::multi_margin_loss, DType::f32, {x, rows, Shape::of({64})});
+  ASSERT_TRUE(LossPlan::select(kTarget, m).ok());
+  EXPECT_EQ(LossPlan::select(kTarget, m)->sku().dtypes, "float32,int64->float32");
+  ASSERT_TRUE(m.set_param("p", 3.0).ok());
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, m), Status::InvalidProblem, "multi_margin_loss", "p expected 1 or 2");
+  m = rows_desc(LossOp::multi_margin_loss, DType::f32, {x, rows, Shape::of({65})});
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, m), Status::InvalidProblem, "weight shape", "[64]", "got [65]");
+  m = rows_desc(LossOp::multi_margin_loss, DType::f32, {x, rows});
+  m.target_dtype = DType::f32;
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, m), Status::InvalidProblem, "target dtype", "int32 or int64");
+  m = rows_desc(LossOp::multi_margin_loss, DType::f32, {Shape::of({8, 0}), rows});
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, m), Status::InvalidProblem, "classes", ">= 1", "8 rows");
+  EXPECT_TRUE(
+      LossPlan::select(kTarget, rows_desc(LossOp::multi_margin_loss, DType::f32, {Shape::of({0, 5}), Shape::of({0})}))
+          .ok())
+      << "an empty batch";
+  EXPECT_FAILS_WITH(
+      LossPlan::select(kTarget, rows_desc(LossOp::multilabel_margin_loss, DType::f32, {x, Shape::of({8, 63})})),
+      Status::InvalidProblem, "multilabel_margin_loss", "target shape", "[8, 64]");
+  auto s = rows_desc(LossOp::multilabel_soft_margin_loss, DType::f16, {x, Shape::of({64})});
+  s.shapes[2] = Shape::of({1, 64});
+  s.present |= 0b100;
+  auto sp = LossPlan::select(kTarget, s);
+  ASSERT_TRUE(sp.ok()) << sp.message();
+  EXPECT_EQ(sp->rows(), 8);
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, rows_desc(LossOp::multilabel_soft_margin_loss, DType::f32, {x, x},
+                                                        Reduction::batchmean)),
+                    Status::InvalidProblem, "batchmean");
+  auto fg = rows_desc(LossOp::triplet_margin_loss, DType::f32, {x, x, x});
+  fg.fused_grad = true;
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, fg), Status::InvalidProblem, "fused_grad");
+}
+
+TEST(LossRows, Workspace) {
+  const Shape x = Shape::of({8, 64}), rows = Shape::of({8});
+  const size_t partial = 1024 * 2 * 4;
+  EXPECT_EQ(
+      LossPlan::select(kTarget, rows_desc(LossOp::cosine_embedding_loss, DType::f32, {x, x, rows}))->workspace_size(),
+      256 + partial);
+  EXPECT_EQ(
+      LossPlan::select(kTarget, rows_desc(LossOp::cosine_embedding_loss, DType::f32, {x, x, rows}, Reduction::none))
+          ->workspace_size(),
+      0u);
+  // Backward: the broadcast input2's gradient goes through a dense [8, 64] buffer.
+  EXPECT_EQ(LossPlan::select(kTarget, rows_desc(LossOp::cosine_embedding_loss, DType::bf16, {x, Shape::of({64}), rows},
+                                                Reduction::sum, Direction::Backward))
+                ->workspace_size(),
+            size_t{8} * 64 * 2);
+  // multilabel_margin: its "is a target" mask, one byte an element.
+  EXPECT_EQ(LossPlan::select(kTarget, rows_desc(LossOp::multilabel_margin_loss, DType::f32, {x, x}, Reduction::none,
+                                                Direction::Backward))
+                ->workspace_size(),
+            512u);
+}
+
+TEST(LossRows, Arguments) {
+  const Shape x = Shape::of({8, 64}), rows = Shape::of({8});
+  auto p = LossPlan::select(kTarget, rows_desc(LossOp::multi_margin_loss, DType::f32, {x, rows}));
+  ASSERT_TRUE(p.ok()) << p.message();
+  LossArgs a;
+  a.in[0] = ref_of(0, DType::f32, Layout::contiguous({8, 64}));
+  a.in[1] = ref_of(1, DType::s64, Layout::contiguous({8}));
+  a.out = mut_of(2, DType::f32, Layout::contiguous({}));
+  a.error = mut_of(3, DType::s32, Layout::contiguous({1}));
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  EXPECT_EQ(p->layout_for(a), "last-dim-rows(tpr=16)");
+  a.in[1].dtype = DType::s32;
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "target dtype", "int64", "got int32");
+  auto c = LossPlan::select(kTarget, rows_desc(LossOp::cosine_embedding_loss, DType::f32, {x, x, rows}));
+  LossArgs b;
+  b.in[0] = ref_of(0, DType::f32, strided({8, 64}, {1, 8}));  // any strides
+  b.in[1] = ref_of(1, DType::f32, Layout::contiguous({8, 64}));
+  b.in[2] = ref_of(2, DType::f32, strided({8}, {0}));  // an expanded target
+  b.out = mut_of(3, DType::f32, Layout::contiguous({}));
+  EXPECT_TRUE(c->can_implement(b).ok()) << c->can_implement(b).message();
+  b.error = mut_of(4, DType::s32, Layout::contiguous({1}));
+  EXPECT_FAILS_WITH(c->can_implement(b), Status::InvalidProblem, "error", "class-index targets");
+  auto cb = LossPlan::select(kTarget, rows_desc(LossOp::cosine_embedding_loss, DType::f32, {x, x, rows},
+                                                Reduction::mean, Direction::Backward));
+  LossArgs g;
+  g.dy = ref_of(6, DType::f32, Layout::contiguous({}));
+  g.in[0] = ref_of(0, DType::f32, Layout::contiguous({8, 64}));
+  g.in[1] = ref_of(1, DType::f32, Layout::contiguous({8, 64}));
+  g.in[2] = ref_of(2, DType::f32, Layout::contiguous({8}));
+  g.grad[1] = mut_of(7, DType::f32, Layout::contiguous({8, 64}));
+  EXPECT_TRUE(cb->can_implement(g).ok()) << cb->can_implement(g).message();
+  g.grad[0] = mut_of(0, DType::f32, Layout::contiguous({8, 64}));
+  EXPECT_FAILS_WITH(cb->can_implement(g), Status::InvalidProblem, "overlaps");  // no in-place gradient
+  g.grad[0] = {};
+  g.grad[2] = mut_of(8, DType::f32, Layout::contiguous({8}));
+  EXPECT_FAILS_WITH(cb->can_implement(g), Status::InvalidProblem, "grad[2]", "2 gradients");
 }
 
 // ---- pointwise descriptors ------------------------------------------------------------------------------

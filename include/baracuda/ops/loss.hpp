@@ -1,8 +1,10 @@
 // The loss family (OPS.md R): cross_entropy (class indices or probabilities, weights,
-// ignore_index, label smoothing) and nll_loss over a class axis, and the pointwise losses (mse,
-// l1, smooth_l1, huber, binary_cross_entropy[_with_logits], kl_div, poisson_nll, gaussian_nll,
-// soft_margin, hinge_embedding, margin_ranking), forward and backward, reductions none / mean /
-// sum (and kl_div's batchmean).
+// ignore_index, label smoothing) and nll_loss over a class axis, the fused linear + cross-entropy
+// (linear_cross_entropy: the [N, V] logits never materialised), the pointwise losses (mse, l1,
+// smooth_l1, huber, binary_cross_entropy[_with_logits], kl_div, poisson_nll, gaussian_nll,
+// soft_margin, hinge_embedding, margin_ranking) and the losses over the last dim
+// (cosine_embedding, triplet_margin, multi_margin, multilabel_margin, multilabel_soft_margin),
+// forward and backward, reductions none / mean / sum (and kl_div's batchmean).
 //
 //   auto desc = LossDesc::cross_entropy(DType::bf16, Shape::of({8192, 128256}), DType::s64, false, Reduction::mean);
 //   auto plan = LossPlan::select(Target::current().value(), desc);
@@ -20,12 +22,23 @@
 //
 // Class targets outside [0, C) that are not ignore_index are never dereferenced: the row's loss
 // and gradient are NaN and, when LossArgs::error is given (a device int32 scalar the caller
-// zeroes), the kernel stores 1 there. run() never reads it back.
+// zeroes), the kernel stores 1 there. run() never reads it back. The same holds for
+// linear_cross_entropy, multi_margin_loss and multilabel_margin_loss.
+//
+// linear_cross_entropy (hidden [N, H], weight [V, H], target [N]) walks the tokens in chunks of
+// T rows (T chosen by select() so the [T, V] logits fit a 512 MiB slice of the workspace, or the
+// chunk_tokens parameter): per chunk, GemmPlan writes logits = hidden_c * weight^T (input dtype,
+// f32 accumulation) into the workspace, the fused cross_entropy kernel writes the chunk's row
+// losses and, with gradients, dlogits in place; then grad_input_c = dlogits * weight and
+// grad_weight (+)= dlogits^T * hidden_c (two more GEMMs; beta = 0 on the first chunk, 1 after).
+// The mean's divisor is computed on the device before the first chunk, the loss is summed after
+// the last one: no host synchronization, graph-capturable.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -47,17 +60,22 @@ enum class LossOp : uint8_t {
 };
 
 /// classes: a row over a class axis; pointwise: a functor over broadcast inputs; linear: hidden x
-/// weight^T fused with cross_entropy (not built: select() refuses it). See loss_ops.def.
-enum class LossKind : uint8_t { classes, pointwise, linear };
+/// weight^T fused with cross_entropy, chunked over tokens; rows: a functor over rows of the last
+/// dim (broadcast inputs). See loss_ops.def.
+enum class LossKind : uint8_t { classes, pointwise, linear, rows };
 
 /// torch's reduction argument; batchmean (kl_div only) is the sum divided by input.shape[0].
 enum class Reduction : uint8_t { none, mean, sum, batchmean };
 const char* to_string(Reduction r);
 std::optional<Reduction> reduction_from_name(std::string_view name);
 
+namespace detail {
+class LinearCe;  // src/ops/loss/linear_ce.hpp
+}
+
 inline constexpr int kLossMaxInputs = 4;
 inline constexpr int kLossMaxGrads = 3;
-inline constexpr int kLossMaxParams = 3;
+inline constexpr int kLossMaxParams = 4;
 
 /// One row of loss_ops.def, with its comma-separated columns parsed.
 struct LossOpInfo {
@@ -99,18 +117,26 @@ struct LossDesc {
   Reduction reduction = Reduction::mean;
   /// Shape of each table input (loss_ops.def `inputs` order). Class ops: input [N, C, d1, ...],
   /// [N, C] or [C]; target the input's shape without the class axis (indices) or the input's
-  /// shape (probabilities); weight [C].
+  /// shape (probabilities); weight [C]. linear_cross_entropy: input [N, H], weight [V, H],
+  /// target [N]. Rows ops: the floating inputs broadcast (torch rules) to [..., D] (D: the last
+  /// dim, reduced per row); a row-shaped target (cosine_embedding, multi_margin) has that shape
+  /// without D, multilabel_margin's the full shape; multi_margin's weight is [C] (C = D).
   std::array<Shape, kLossMaxInputs> shapes{};
-  uint8_t present = 0;              ///< bit k: input k is given (required inputs must be)
-  DType target_dtype = DType::s64;  ///< class ops: int32/int64 (indices) or `dtype` (probabilities)
+  uint8_t present = 0;  ///< bit k: input k is given (required inputs must be)
+  /// Class ops: int32/int64 (indices) or `dtype` (probabilities); linear_cross_entropy,
+  /// multi_margin_loss, multilabel_margin_loss: int32/int64; ignored by the other ops (their
+  /// targets have `dtype`).
+  DType target_dtype = DType::s64;
   /// Scalar parameters in the table's order, table defaults unless set (set_param). Flags are
   /// 0/1; cross_entropy: ignore_index (an integer), label_smoothing in [0, 1].
   std::array<double, kLossMaxParams> params{};
-  /// cross_entropy only. Forward: also write the gradient of `out` w.r.t. the input (grad[0],
-  /// and grad[1] w.r.t. probability targets) times LossArgs::dy (1 when dy is not given), from the
+  /// cross_entropy: Forward: also write the gradient of `out` w.r.t. the input (grad[0], and
+  /// grad[1] w.r.t. probability targets) times LossArgs::dy (1 when dy is not given), from the
   /// same kernel. Backward (mean/sum): the backward of such a forward run with dy = 1: scales
   /// grad[0] (that gradient, contiguous) in place by dy, and writes nothing when dy is 1 (decided
   /// on the device: no host synchronization, graph-capturable).
+  /// linear_cross_entropy (Forward only): the run also writes grad[0] (d input) and grad[1]
+  /// (d weight), each optional, times dy (1 when not given), from the same chunks.
   bool fused_grad = false;
 
   /// A pointwise (or any) op with `shapes` for its first inputs, table defaults for params.
@@ -123,6 +149,12 @@ struct LossDesc {
                                 double label_smoothing = 0.0, Direction dir = Direction::Forward);
   static LossDesc nll_loss(DType dt, const Shape& input, DType target_dtype, bool weight, Reduction r = Reduction::mean,
                            int64_t ignore_index = -100, Direction dir = Direction::Forward);
+  /// linear_cross_entropy over hidden [tokens, hidden] and weight [vocab, hidden]; target [tokens]
+  /// of target_dtype (int32/int64). chunk_tokens: tokens a chunk, 0 for the plan's choice.
+  static LossDesc linear_cross_entropy(DType dt, int64_t tokens, int64_t hidden, int64_t vocab,
+                                       DType target_dtype = DType::s64, Reduction r = Reduction::mean,
+                                       int64_t ignore_index = -100, double label_smoothing = 0.0,
+                                       int64_t chunk_tokens = 0, Direction dir = Direction::Forward);
   /// Sets a parameter by its table name; fails naming the op and the unknown name.
   Result<void> set_param(std::string_view name, double value);
   double param(std::string_view name) const;  ///< NaN when the op has no such parameter
@@ -139,12 +171,23 @@ struct LossDesc {
 /// | class bw fused     | dy                                         | grad[0] (in place: the fused gradient)  |
 /// | pointwise fw       | in[...]                                    | out                                     |
 /// | pointwise bw       | dy, in[...]                                | grad[g] per table gradient (null: none) |
+/// | linear fw          | in[0..2] (input, weight, target)           | out, [error]                            |
+/// | linear fw fused    | in[0..2], [dy]                             | out, [error], [grad[0]], [grad[1]]      |
+/// | linear bw          | dy, in[0..2]                               | [grad[0]], [grad[1]], [error]           |
+/// | rows fw            | in[...]                                    | out, [error] (index targets)            |
+/// | rows bw            | dy, in[...]                                | grad[g] per table gradient (null: none) |
+///
+/// linear_cross_entropy: input, weight and the gradients dense and 16-byte aligned (the GEMMs were
+/// chosen for it); target and a per-row out / dy any strides. Its backward recomputes the logits
+/// chunk by chunk (the path for reduction none, whose dy is known only then); the forward with
+/// fused_grad is the training path for mean/sum (grad_output = 1, rescaled afterwards).
 ///
 /// `out` is a tensor of one element ([] in torch) for mean/sum/batchmean; for none it has the
 /// loss shape (LossPlan::loss_shape(): the broadcast shape for pointwise losses, the input's shape
-/// without the class axis for class ops), any strides. `dy` has `out`'s shape (any strides: an
+/// without the class axis for class ops, [N] for linear_cross_entropy, the broadcast shape without
+/// the last dim for rows ops), any strides. `dy` has `out`'s shape (any strides: an
 /// expanded ones-tensor is fine). Statistics (lse: one per row, total_weight: one element) are
-/// dense tensors of loss_stats_dtype(). Pointwise gradients have their input's shape; an input
+/// dense tensors of loss_stats_dtype(). Pointwise (and rows) gradients have their input's shape; an input
 /// that broadcast receives the sum over its broadcast dims (fixed order, through the workspace).
 struct LossArgs {
   std::array<TensorRef, kLossMaxInputs> in{};
@@ -163,9 +206,12 @@ class LossPlan {
   /// Validates the descriptor and chooses the launch shape (a function of the problem only).
   /// Honours `pref`: backend other than Any/Native, tf32=Require and
   /// reduced_precision_reduction=Require are refused; every plan is deterministic and
-  /// bit-stable; vectorized=Forbid disables the 16-byte path.
+  /// bit-stable; vectorized=Forbid disables the 16-byte path. linear_cross_entropy hands backend,
+  /// tf32 and require_bit_stable to its GEMMs (cuBLASLt: deterministic, not bit-stable across
+  /// devices), which refuse what they cannot honour.
   static Result<LossPlan> select(const Target& target, const LossDesc& desc, const PlanPreference& pref = {});
-  /// Reduced losses: per-row values and partial sums; broadcast pointwise gradients: a dense
+  /// linear_cross_entropy: the [T, V] logits chunk, per-row values, partial sums and the largest
+  /// GEMM workspace. Reduced losses: per-row values and partial sums; broadcast pointwise gradients: a dense
   /// gradient of the broadcast shape before its sum; 0 otherwise.
   size_t workspace_size() const { return workspace_bytes_; }
   Result<void> can_implement(const LossArgs& args) const;
@@ -176,12 +222,14 @@ class LossPlan {
   const LossDesc& desc() const { return desc_; }
   /// `out`'s shape for reduction none ([] otherwise is what `out` holds).
   const Shape& loss_shape() const { return loss_shape_; }
-  /// Class ops: rows (positions other than the class axis) and classes; pointwise: elements, 1.
+  /// Class ops: rows (positions other than the class axis) and classes; pointwise: elements, 1;
+  /// linear: tokens and vocabulary; rows ops: rows and the last dim.
   int64_t rows() const { return rows_; }
   int64_t classes() const { return classes_; }
   /// The variant run() takes for these tensors, e.g. "cta-rows(tpr=512)-vec16",
   /// "cluster-rows(ctas=8)-vec16", "column-rows-scalar", "pointwise-contiguous-vec16",
-  /// "pointwise-strided", "empty".
+  /// "pointwise-strided", "chunks(4x2048)+cluster-rows(ctas=8)-vec16", "last-dim-rows(tpr=32)",
+  /// "empty".
   std::string layout_for(const LossArgs& args) const;
 
   struct Config {
@@ -193,6 +241,9 @@ class LossPlan {
     /// (32 KB): CTAs of the thread-block cluster that holds a row (2..16), 0 otherwise. Taken when
     /// the row is contiguous and 16-byte aligned (layout_for); the streaming kernel otherwise.
     int cluster = 0;
+    /// linear_cross_entropy: tokens a chunk (the [T, V] logits slice of the workspace) and chunks.
+    int64_t chunk_tokens = 0;
+    int64_t chunks = 0;
   };
   const Config& config() const { return cfg_; }
 
@@ -205,10 +256,15 @@ class LossPlan {
   int64_t rows_ = 0, classes_ = 1;
   size_t workspace_bytes_ = 0;
   bool allow_vectorized_ = true;
+  /// linear_cross_entropy: the GEMM plans and chunk geometry (shared between plan copies).
+  std::shared_ptr<const detail::LinearCe> linear_;
 };
 
 /// One-line convenience: select (cached per thread by descriptor) and run.
 Result<void> loss(cudaStream_t stream, const LossDesc& desc, const LossArgs& args, Workspace ws = {},
                   const PlanPreference& pref = {});
+/// The workspace the cached plan of `desc` needs (selects it when needed; linear_cross_entropy's
+/// GEMM heuristics then run once, not per call).
+Result<size_t> loss_workspace_size(const LossDesc& desc, const PlanPreference& pref = {});
 
 }  // namespace baracuda

@@ -404,16 +404,18 @@ cudaError_t class_run(const ClassLaunch& p, cudaStream_t stream) {
   M* scratch = static_cast<M*>(p.scratch);
   cudaError_t e = cudaSuccess;
   const bool mean_idx = p.reduction == Reduction::mean && !p.probs;
+  const bool pre = p.phases & detail::kClassPhasePre, rows = p.phases & detail::kClassPhaseRows;
+  const bool post = p.phases & detail::kClassPhasePost;
   // Before the rows: the fused gradient's mean divisor; the class weights' total (label
   // smoothing's backward with weights).
-  if (p.fw && p.grad && mean_idx && p.rows > 0) {
+  if (pre && p.fw && p.grad && mean_idx && p.rows > 0) {
     target_weight_kernel<T><<<p.parts, kSumThreads, 0, stream>>>(p);
     detail::SumFinish f;
     f.sum_b_out = scratch;
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     if ((e = launch_finish<T, M>(partial, p.parts, f, stream)) != cudaSuccess) return e;
   }
-  if (!p.fw && p.grad && !p.probs && p.weight && p.smoothing != 0 && p.classes > 0) {
+  if (pre && !p.fw && p.grad && !p.probs && p.weight && p.smoothing != 0 && p.classes > 0) {
     int parts = 1;
     int64_t chunk = 0;
     detail::loss_sum_partition(p.classes, &parts, &chunk);
@@ -424,7 +426,7 @@ cudaError_t class_run(const ClassLaunch& p, cudaStream_t stream) {
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     if ((e = launch_finish<T, M>(partial, parts, f, stream)) != cudaSuccess) return e;
   }
-  if (p.rows > 0) {
+  if (rows && p.rows > 0) {
     const bool nll = p.op == LossOp::nll_loss;
     if (nll) {
       e = p.fw ? launch_class_rows<T, ClassMode<true, false, false, true>>(p, stream)
@@ -452,7 +454,7 @@ cudaError_t class_run(const ClassLaunch& p, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
   }
   // After the rows: the reduction (an empty batch sums nothing: mean gives NaN, sum 0).
-  if (p.fw && p.reduction != Reduction::none) {
+  if (post && p.fw && p.reduction != Reduction::none) {
     sum_rows_kernel<M><<<p.parts, kSumThreads, 0, stream>>>(
         static_cast<const M*>(p.loss_rows), static_cast<const M*>(p.weight_rows), p.rows, p.chunk, partial);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;

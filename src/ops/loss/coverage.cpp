@@ -8,7 +8,8 @@ namespace baracuda {
 namespace {
 
 /// A descriptor select() accepts whenever the dtypes are declared: class ops over [4, 8] logits,
-/// pointwise ops over [4, 8] inputs (every required input, no optional one).
+/// linear_cross_entropy over [4, 8] hidden states and a [16, 8] weight, pointwise and rows ops over
+/// [4, 8] inputs (every required input, no optional one; a per-row target [4]).
 LossDesc probe(const LossOpInfo& in, DType dt, Direction dir, DType target_dt) {
   const Shape s = Shape::of({4, 8});
   switch (in.kind) {
@@ -20,6 +21,7 @@ LossDesc probe(const LossOpInfo& in, DType dt, Direction dir, DType target_dt) {
     case LossKind::linear:
       return LossDesc::make(in.op, dt, {Shape::of({4, 8}), Shape::of({16, 8}), Shape::of({4})}, Reduction::mean, dir);
     case LossKind::pointwise:
+    case LossKind::rows:
       break;
   }
   LossDesc d = LossDesc::make(in.op, dt, {}, Reduction::mean, dir);
@@ -28,6 +30,9 @@ LossDesc probe(const LossOpInfo& in, DType dt, Direction dir, DType target_dt) {
       d.shapes[k] = s;
       d.present |= uint8_t(1u << k);
     }
+  // Rows ops with one target per row (the inputs' shape without the last dim).
+  if (in.op == LossOp::cosine_embedding_loss || in.op == LossOp::multi_margin_loss)
+    d.shapes[in.input_index("target")] = Shape::of({4});
   return d;
 }
 

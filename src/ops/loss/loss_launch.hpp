@@ -58,8 +58,26 @@ inline constexpr int kLossClusterThreads = 512;
 inline constexpr int kLossClusterVecs = 4;
 inline constexpr int kLossClusterMaxCtas = 16;
 
+/// The launch shape of a class row (LossPlan::Config's tpr, block, cluster): a function of the
+/// problem only (dtype, classes, whether the forward fuses the gradient of class-index targets, the
+/// architecture, whether 16-byte vectors are allowed). Shared by cross_entropy / nll_loss and the
+/// chunks of linear_cross_entropy.
+struct ClassShape {
+  int tpr = 32;
+  int block = 128;
+  int cluster = 0;
+};
+ClassShape class_launch_shape(DType dtype, int64_t classes, bool fused_index_grad, int sm, bool allow_vectorized);
+
+/// What class_run launches: the kernels before the rows (the fused gradient's mean divisor, the
+/// class weights' total), the row kernel, the reduction after the rows. cross_entropy / nll_loss
+/// run all three; linear_cross_entropy runs the first and the last once over every token and the
+/// rows once per chunk.
+inline constexpr uint8_t kClassPhasePre = 1, kClassPhaseRows = 2, kClassPhasePost = 4, kClassPhaseAll = 7;
+
 /// What a class launch does; the kernel's mode is derived from (op, probs, fw, grad).
 struct ClassLaunch {
+  uint8_t phases = kClassPhaseAll;
   LossOp op = LossOp::cross_entropy;
   bool probs = false;  ///< cross_entropy with probability targets
   bool fw = true;      ///< compute the loss (per row, then the reduction)
@@ -82,18 +100,20 @@ struct ClassLaunch {
   const void* weight = nullptr;  ///< [C], dense, dtype
   void* dinput = nullptr;
   void* dprobs = nullptr;
-  void* loss = nullptr;                   ///< reduction none: the user's out (kCsLoss strides)
-  void* loss_rows = nullptr;              ///< reduced forward: workspace, one stats-dtype value per row
-  void* weight_rows = nullptr;            ///< mean over indices: workspace, the row's target weight
-  void* lse_out = nullptr;                ///< stats dtype, dense, one per row
-  const void* lse_in = nullptr;           ///< backward
-  const void* dy = nullptr;               ///< null: 1 (fused forward gradient)
-  bool dy_rows = false;                   ///< dy has the row shape (reduction none), else one element
-  const void* total_weight_in = nullptr;  ///< mean over indices: the divisor (stats dtype)
-  void* out = nullptr;                    ///< reduced forward: the loss (dtype, one element)
-  void* total_weight_out = nullptr;       ///< reduced forward (optional)
-  void* partial = nullptr;                ///< workspace: [parts] pairs of stats-dtype sums
-  void* scratch = nullptr;                ///< workspace: [0] total weight (fused), [1] sum of weight[C]
+  void* loss = nullptr;          ///< reduction none: the user's out (kCsLoss strides)
+  void* loss_rows = nullptr;     ///< reduced forward: workspace, one stats-dtype value per row
+  void* weight_rows = nullptr;   ///< mean over indices: workspace, the row's target weight
+  void* lse_out = nullptr;       ///< stats dtype, dense, one per row
+  const void* lse_in = nullptr;  ///< backward
+  const void* dy = nullptr;      ///< null: 1 (fused forward gradient)
+  bool dy_rows = false;          ///< dy has the row shape (reduction none), else one element
+  /// Mean over indices: the divisor (stats dtype): the backward's saved total weight, or (linear
+  /// chunks) the one the pre-phase computed over every token.
+  const void* total_weight_in = nullptr;
+  void* out = nullptr;               ///< reduced forward: the loss (dtype, one element)
+  void* total_weight_out = nullptr;  ///< reduced forward (optional)
+  void* partial = nullptr;           ///< workspace: [parts] pairs of stats-dtype sums
+  void* scratch = nullptr;           ///< workspace: [0] total weight (fused), [1] sum of weight[C]
   int parts = 1;
   int64_t chunk = 0;
   int* error = nullptr;
@@ -130,10 +150,55 @@ struct PointwiseLaunch {
   SumFinish finish;
 };
 
+// ---- rows ops (losses over the last dim) ------------------------------------------------------------
+/// Tensor slots of a rows launch. Element-shaped (the broadcast shape [..., D], with a stride along
+/// D): the three floating inputs, their gradients and multilabel_margin's label rows. Row-shaped
+/// (the broadcast shape without D): a per-row target (multi_margin's class, cosine_embedding's
+/// +-1), the unreduced loss, the unreduced upstream gradient.
+enum RowsSlot : int { kRsIn0, kRsIn1, kRsIn2, kRsG0, kRsG1, kRsG2, kRsLabels, kRsTarget, kRsLoss, kRsDy, kRsNumSlots };
+inline constexpr int kRsElemSlots = 7;  ///< slots [0, 7) have a stride along D
+
+struct RowsLaunch {
+  LossOp op = LossOp::cosine_embedding_loss;
+  bool fw = true;  ///< forward: per-row losses (then the reduction); backward: the gradients
+  Reduction reduction = Reduction::mean;
+  int64_t rows = 0;
+  int64_t cols = 0;  ///< D
+  /// Row index -> element offset per slot: the coalesced row dims, innermost first.
+  int row_ndim = 0;
+  int64_t row_size[kLossRowDims] = {};
+  int64_t row_stride[kRsNumSlots][kLossRowDims] = {};
+  int64_t estride[kRsElemSlots] = {};  ///< stride along D (0: broadcast)
+  const void* in[3] = {};              ///< floating inputs in table order; null reads as 1 (a missing weight)
+  void* grad[3] = {};                  ///< null: not wanted
+  const void* labels = nullptr;        ///< multilabel_margin: [..., D] class indices, a row ended by a negative one
+  const void* target = nullptr;        ///< per-row target: multi_margin's class index, cosine_embedding's +-1 (dtype)
+  bool target64 = true;                ///< index targets are int64 (else int32)
+  const void* weight = nullptr;        ///< multi_margin: [D] dense, indexed by the target
+  uint8_t* flags = nullptr;            ///< multilabel_margin: workspace, rows x D "is a target" bytes
+  void* loss = nullptr;                ///< reduction none: the user's out (kRsLoss strides)
+  void* loss_rows = nullptr;           ///< reduced forward: workspace, one stats-dtype value per row
+  const void* dy = nullptr;            ///< backward
+  bool dy_rows = false;                ///< dy has the row shape (reduction none), else one element
+  double scale = 1.0;                  ///< backward: the reduction's factor on dy (mean: 1 / rows)
+  void* partial = nullptr;             ///< workspace: [parts] pairs of stats-dtype sums
+  int parts = 1;
+  int64_t chunk = 0;
+  SumFinish finish;
+  int* error = nullptr;
+  double params[kLossMaxParams] = {};
+  int tpr = 32;
+  int block = 128;
+};
+
 /// The launch sequence of one (dtype): kernels for a class op, a pointwise op.
 template <DType D>
 cudaError_t loss_class_run(const ClassLaunch& p, cudaStream_t stream);
 template <DType D>
 cudaError_t loss_pointwise_run(const PointwiseLaunch& p, cudaStream_t stream);
+template <DType D>
+cudaError_t loss_rows_run(const RowsLaunch& p, cudaStream_t stream);
+/// loss_class_run of `dtype` (plan.cpp's table); cudaErrorInvalidValue for a dtype without kernels.
+cudaError_t loss_class_launch(DType dtype, const ClassLaunch& p, cudaStream_t stream);
 
 }  // namespace baracuda::detail

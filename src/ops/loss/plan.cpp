@@ -12,6 +12,7 @@
 #include "core/operands.hpp"
 #include "core/plan_common.hpp"
 #include "ops/elementwise/ew_registry.hpp"  // ew_sum_to_shape: gradients of broadcast inputs
+#include "ops/loss/linear_ce.hpp"
 #include "ops/loss/loss_launch.hpp"
 
 namespace baracuda {
@@ -56,6 +57,13 @@ std::string op_label(const LossDesc& d) {
   return std::string(info(d.op).name) + (d.direction == Direction::Backward ? "_backward" : "");
 }
 bool is_index_dtype(DType t) { return t == DType::s32 || t == DType::s64; }
+
+/// Ops whose target keeps its own dtype (class indices, or cross_entropy's probabilities); the
+/// other ops' targets have the input's dtype.
+bool has_index_target(LossOp op) {
+  return info(op).kind == LossKind::classes || op == LossOp::linear_cross_entropy || op == LossOp::multi_margin_loss ||
+         op == LossOp::multilabel_margin_loss;
+}
 }  // namespace
 
 std::span<const LossOpInfo> loss_ops() { return kOps; }
@@ -183,6 +191,18 @@ LossDesc LossDesc::nll_loss(DType dt, const Shape& input, DType target_dtype, bo
   return d;
 }
 
+LossDesc LossDesc::linear_cross_entropy(DType dt, int64_t tokens, int64_t hidden, int64_t vocab, DType target_dtype,
+                                        Reduction r, int64_t ignore_index, double label_smoothing, int64_t chunk_tokens,
+                                        Direction dir) {
+  LossDesc d = make(LossOp::linear_cross_entropy, dt,
+                    {Shape::of({tokens, hidden}), Shape::of({vocab, hidden}), Shape::of({tokens})}, r, dir);
+  d.target_dtype = target_dtype;
+  d.params[0] = static_cast<double>(ignore_index);
+  d.params[1] = label_smoothing;
+  d.params[2] = static_cast<double>(chunk_tokens);
+  return d;
+}
+
 Result<void> LossDesc::set_param(std::string_view pname, double value) {
   const auto& in = info(op);
   const int k = in.param_index(pname);
@@ -253,7 +273,8 @@ Result<void> check_classes(const LossDesc& d) {
   }
   if (d.reduction == Reduction::batchmean)
     return invalid(label + ": reduction expected none, mean or sum, got batchmean (kl_div only)");
-  if (d.fused_grad && !ce) return invalid(label + ": fused_grad expected only for cross_entropy");
+  if (d.fused_grad && !ce)
+    return invalid(label + ": fused_grad expected only for cross_entropy and linear_cross_entropy");
   if (d.fused_grad && d.direction == Direction::Backward && d.reduction == Reduction::none)
     return invalid(label +
                    ": fused_grad's backward rescales the forward's gradient by one dy: reduction expected mean or "
@@ -280,7 +301,7 @@ Result<void> check_pointwise(const LossDesc& d, Shape* bcast) {
   *bcast = *b;
   if (d.reduction == Reduction::batchmean && d.op != LossOp::kl_div)
     return invalid(label + ": reduction expected none, mean or sum, got batchmean (kl_div only)");
-  if (d.fused_grad) return invalid(label + ": fused_grad expected only for cross_entropy");
+  if (d.fused_grad) return invalid(label + ": fused_grad expected only for cross_entropy and linear_cross_entropy");
   for (int k = 0; k < in.num_params(); ++k)
     if (std::isnan(d.params[k])) return invalid(label + ": " + in.param_name(k) + " expected a number, got NaN");
   switch (d.op) {
@@ -311,13 +332,137 @@ Result<void> check_pointwise(const LossDesc& d, Shape* bcast) {
   return {};
 }
 
+/// How a rows op's inputs are shaped (loss_ops.def order).
+struct RowsInputs {
+  unsigned elem = 0;      ///< bit k: input k is floating and broadcasts to [..., D]
+  int row_target = -1;    ///< a per-row target (the broadcast shape without D)
+  int labels = -1;        ///< multilabel_margin's class indices (the broadcast shape)
+  int class_weight = -1;  ///< multi_margin's [D] weight (indexed by the target)
+};
+RowsInputs rows_inputs(LossOp op) {
+  switch (op) {
+    case LossOp::cosine_embedding_loss:
+      return {0b011, 2, -1, -1};
+    case LossOp::triplet_margin_loss:
+      return {0b111, -1, -1, -1};
+    case LossOp::multi_margin_loss:
+      return {0b001, 1, -1, 2};
+    case LossOp::multilabel_margin_loss:
+      return {0b001, -1, 1, -1};
+    default:  // multilabel_soft_margin_loss: input, target and weight all broadcast
+      return {0b111, -1, -1, -1};
+  }
+}
+/// The broadcast shape without its last dim (the rows), and its element count.
+Shape without_last(const Shape& s) {
+  Shape r;
+  for (int i = 0; i + 1 < s.rank; ++i) r.dims[r.rank++] = s.dims[i];
+  return r;
+}
+
+Result<void> check_rows(const LossDesc& d, Shape* bcast) {
+  const auto& in = info(d.op);
+  const std::string label = op_label(d);
+  const RowsInputs ri = rows_inputs(d.op);
+  std::vector<Shape> elem;
+  for (int k = 0; k < kLossMaxInputs; ++k) {
+    if (!d.has(k)) continue;
+    if (k >= in.num_inputs())
+      return invalid(label + ": takes " + std::to_string(in.num_inputs()) + " inputs (" + in.inputs + "), got input " +
+                     std::to_string(k));
+    BARACUDA_TRY(check_shape(label, in.input_name(k).c_str(), d.shapes[k]));
+    if ((ri.elem >> k) & 1) elem.push_back(d.shapes[k]);
+  }
+  for (int k = 0; k < in.num_inputs(); ++k)
+    if (!d.has(k) && !in.input_optional(k)) return invalid(label + ": " + in.input_name(k) + " is required");
+  auto b = broadcast_shapes(label, elem);
+  if (!b) return b.error();
+  *bcast = *b;
+  if (b->rank < 1)
+    return invalid(label + ": inputs expected rank >= 1 (the loss reduces the last dim), got 0-dim inputs");
+  const int64_t D = b->dims[b->rank - 1];
+  const Shape rows = without_last(*b);
+  if (ri.row_target >= 0 && !(d.shapes[ri.row_target] == rows))
+    return invalid(label + ": target shape expected " + rows.str() +
+                   " (one per row: the inputs' broadcast shape without the last dim), got " +
+                   d.shapes[ri.row_target].str());
+  if (ri.labels >= 0 && !(d.shapes[ri.labels] == *b))
+    return invalid(label + ": target shape expected " + b->str() +
+                   " (the input's: class indices, each row's list ended by a negative one), got " +
+                   d.shapes[ri.labels].str());
+  if (ri.class_weight >= 0 && d.has(ri.class_weight) && !(d.shapes[ri.class_weight] == Shape::of({D})))
+    return invalid(label + ": weight shape expected [" + std::to_string(D) + "] (one per class), got " +
+                   d.shapes[ri.class_weight].str());
+  const bool index_target = ri.row_target >= 0 ? d.op == LossOp::multi_margin_loss : ri.labels >= 0;
+  if (index_target && !is_index_dtype(d.target_dtype))
+    return invalid(label + ": target dtype expected int32 or int64 (class indices), got " + dname(d.target_dtype));
+  if (index_target && D == 0 && rows.numel() > 0)
+    return invalid(label + ": input.shape[-1] (classes) expected >= 1, got 0 with " + std::to_string(rows.numel()) +
+                   " rows");
+  for (int k = 0; k < in.num_params(); ++k)
+    if (std::isnan(d.params[k])) return invalid(label + ": " + in.param_name(k) + " expected a number, got NaN");
+  if (d.op == LossOp::triplet_margin_loss) {
+    const double pn = d.param("p");
+    if (!(pn > 0.0 && std::isfinite(pn)))
+      return invalid(label + ": p expected a finite norm degree > 0, got " + std::to_string(pn));
+    BARACUDA_TRY(check_flag(label, d, "swap"));
+  }
+  if (d.op == LossOp::multi_margin_loss) {
+    const double pn = d.param("p");
+    if (pn != 1.0 && pn != 2.0)
+      return invalid(label + ": p expected 1 or 2 (torch supports only these), got " + std::to_string(pn));
+  }
+  if (d.reduction == Reduction::batchmean)
+    return invalid(label + ": reduction expected none, mean or sum, got batchmean (kl_div only)");
+  if (d.fused_grad) return invalid(label + ": fused_grad expected only for cross_entropy and linear_cross_entropy");
+  return {};
+}
+
+Result<void> check_linear(const LossDesc& d) {
+  const std::string label = op_label(d);
+  if ((d.present & 0b111) != 0b111) return invalid(label + ": input, weight and target are required");
+  if (d.has(3)) return invalid(label + ": takes 3 inputs (input, weight, target), got a 4th");
+  const Shape &x = d.shapes[0], &w = d.shapes[1], &t = d.shapes[2];
+  BARACUDA_TRY(check_shape(label, "input", x));
+  BARACUDA_TRY(check_shape(label, "weight", w));
+  BARACUDA_TRY(check_shape(label, "target", t));
+  if (x.rank != 2) return invalid(label + ": input expected rank 2 ([N, H] hidden states), got shape " + x.str());
+  if (w.rank != 2)
+    return invalid(label + ": weight expected rank 2 ([V, H], nn.Linear's layout), got shape " + w.str());
+  if (w.dims[1] != x.dims[1])
+    return invalid(label + ": weight.shape[1] expected " + std::to_string(x.dims[1]) + " (input.shape[1], the hidden " +
+                   "size), got " + std::to_string(w.dims[1]));
+  if (!(t == Shape::of({x.dims[0]})))
+    return invalid(label + ": target shape expected [" + std::to_string(x.dims[0]) +
+                   "] (one class index per row), got " + t.str());
+  if (!is_index_dtype(d.target_dtype))
+    return invalid(label + ": target dtype expected int32 or int64 (class indices), got " + dname(d.target_dtype));
+  if (w.dims[0] == 0 && x.dims[0] > 0)
+    return invalid(label + ": weight.shape[0] (classes) expected >= 1, got 0 with " + std::to_string(x.dims[0]) +
+                   " rows");
+  for (int64_t v : {x.dims[0], x.dims[1], w.dims[0]})
+    if (v > INT32_MAX)
+      return invalid(label + ": N, H and V expected <= 2^31-1 (GEMM sizes), got input " + x.str() + ", weight " +
+                     w.str());
+  const double ii = d.params[0];
+  if (!std::isfinite(ii) || ii != std::floor(ii) || std::fabs(ii) > 9.0e15)
+    return invalid(label + ": ignore_index expected an integer, got " + std::to_string(ii));
+  const double ls = d.params[1];
+  if (!(ls >= 0.0 && ls <= 1.0))
+    return invalid(label + ": label_smoothing expected in [0, 1], got " + std::to_string(ls));
+  const double ct = d.params[2];
+  if (!(ct >= 0.0 && ct == std::floor(ct) && ct <= double(INT32_MAX)))
+    return invalid(label + ": chunk_tokens expected an integer >= 0 (0: the plan's choice), got " + std::to_string(ct));
+  if (d.reduction == Reduction::batchmean)
+    return invalid(label + ": reduction expected none, mean or sum, got batchmean (kl_div only)");
+  if (d.fused_grad && d.direction == Direction::Backward)
+    return invalid(label + ": fused_grad expected only with the forward (the backward always writes gradients)");
+  return {};
+}
+
 Result<void> native_accepts(const Target& target, const LossDesc& d, const PlanPreference& pref) {
   const auto& in = info(d.op);
   const std::string label = op_label(d);
-  if (in.kind == LossKind::linear)
-    return unsupported(label +
-                       ": the fused linear + cross-entropy needs a chunked GEMM, not implemented (compute the "
-                       "logits with gemm and call cross_entropy)");
   if (pref.backend != Backend::Any && pref.backend != Backend::Native)
     return unsupported(label + ": preference backend=" + to_string(pref.backend) +
                        " cannot be honoured (losses have only the native backend)");
@@ -335,13 +480,68 @@ Result<void> native_accepts(const Target& target, const LossDesc& d, const PlanP
   return {};
 }
 
+/// linear_cross_entropy: the GEMMs honour backend and tf32 themselves (their refusals are
+/// forwarded by LinearCe::select); the cross-entropy kernels and sums are native, f32 (f64).
+Result<void> chunked_gemm_accepts(const Target& target, const LossDesc& d, const PlanPreference& pref) {
+  const auto& in = info(d.op);
+  const std::string label = op_label(d);
+  if (pref.reduced_precision_reduction == Tristate::Require)
+    return unsupported(label +
+                       ": preference reduced_precision_reduction=Require cannot be honoured (the cross-entropy "
+                       "sums accumulate in f32, f64 for f64)");
+  if (target.sm < 80)
+    return unsupported(label + ": target sm_" + std::to_string(target.sm) + " is below the minimum sm_80");
+  const DTypeSet allowed = d.direction == Direction::Backward ? in.bw_dtypes : in.fw_dtypes;
+  if (!contains(allowed, d.dtype))
+    return unsupported(label + ": dtype expected one of {" + dtype_list(allowed) + "}, got " + dname(d.dtype));
+  return {};
+}
+
 struct LossImpl {
   const char* name;
   Result<void> (*accepts)(const Target&, const LossDesc&, const PlanPreference&);
 };
 constexpr LossImpl kLossImpls[] = {{"native", native_accepts}};
+constexpr LossImpl kLinearImpls[] = {{"chunked-gemm", chunked_gemm_accepts}};
 
 constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+/// Elements a thread of a rows op visits (its group: up to 512 threads).
+constexpr int64_t kRowsItems = 4;
+
+/// A rows op's workspace: [row losses][partial sums] (reduced forward), the dense broadcast-shaped
+/// gradients of broadcast inputs (backward, summed back afterwards), multilabel_margin's
+/// "is a target" bytes.
+struct RowsWorkspace {
+  size_t rows = 0, partial = 0, flags = 0, total = 0;
+  std::array<size_t, kLossMaxGrads> staged{};  ///< offset + 1 of gradient g's dense buffer (0: none)
+};
+RowsWorkspace rows_workspace(const LossDesc& d, const Shape& bcast, int64_t rows, int64_t cols) {
+  const auto& in = info(d.op);
+  const bool bw = d.direction == Direction::Backward;
+  const size_t acc = static_cast<size_t>(size_in_bytes(loss_stats_dtype(d.dtype)));
+  RowsWorkspace w;
+  size_t off = 0;
+  if (!bw && d.reduction != Reduction::none) {
+    w.rows = off;
+    off += align256(static_cast<size_t>(rows) * acc);
+    w.partial = off;
+    off += align256(size_t(detail::kSumMaxParts) * 2 * acc);
+  }
+  if (bw)
+    for (int g = 0; g < in.num_grads() && g < kLossMaxGrads; ++g) {
+      const int k = in.grad_input(g);
+      if (k < 0 || !d.has(k) || d.shapes[k] == bcast) continue;
+      w.staged[g] = off + 1;
+      off += align256(static_cast<size_t>(bcast.numel()) * static_cast<size_t>(size_in_bytes(d.dtype)));
+    }
+  if (d.op == LossOp::multilabel_margin_loss) {
+    w.flags = off;
+    off += align256(static_cast<size_t>(rows) * static_cast<size_t>(cols));
+  }
+  w.total = off;
+  return w;
+}
 
 /// Elements a class-row thread holds per chunk on the 16-byte path (class_kernel.cuh: kClassUnroll
 /// vectors of 16 / sizeof(T)).
@@ -359,6 +559,25 @@ int pow2_at_least(int64_t v, int cap) {
 }
 }  // namespace
 
+detail::ClassShape detail::class_launch_shape(DType dtype, int64_t classes, bool fused_index_grad, int sm,
+                                              bool allow_vectorized) {
+  ClassShape s;
+  // A group holds kClassUnroll 16-byte vectors a thread per chunk; rows up to a chunk of 512
+  // threads are read in one chunk.
+  const int vec = 16 / size_in_bytes(dtype);
+  const int64_t items = int64_t(kClassUnroll) * vec;
+  s.tpr = pow2_at_least((classes + items - 1) / items, kClassMaxTpr);
+  s.block = s.tpr > 32 ? s.tpr : 128;
+  // The fused forward over class indices of a row longer than one CTA holds: a thread-block
+  // cluster a row keeps it on chip (cluster_kernel.cuh), so it is read once; sm_90+ only. Rows
+  // past 16 CTAs take the streaming kernel (tpr = 512 above) and read the row twice.
+  const int64_t cta_classes = int64_t{kLossClusterThreads} * kLossClusterVecs * vec;
+  if (fused_index_grad && sm >= 90 && allow_vectorized && classes > cta_classes &&
+      classes <= cta_classes * kLossClusterMaxCtas)
+    s.cluster = static_cast<int>((classes + cta_classes - 1) / cta_classes);
+  return s;
+}
+
 Result<LossPlan> LossPlan::select(const Target& target, const LossDesc& desc, const PlanPreference& pref) {
   if (static_cast<size_t>(desc.op) >= std::size(kOps))
     return invalid("loss: op id " + std::to_string(static_cast<int>(desc.op)) + " is out of range");
@@ -368,25 +587,48 @@ Result<LossPlan> LossPlan::select(const Target& target, const LossDesc& desc, co
     return invalid(label + ": reduction id " + std::to_string(static_cast<int>(desc.reduction)) + " is out of range");
   LossPlan p;
   p.desc_ = desc;
-  if (in.kind == LossKind::classes) {
-    BARACUDA_TRY(check_classes(desc));
-  } else if (in.kind == LossKind::pointwise) {
-    BARACUDA_TRY(check_pointwise(desc, &p.bcast_));
+  switch (in.kind) {
+    case LossKind::classes:
+      BARACUDA_TRY(check_classes(desc));
+      break;
+    case LossKind::pointwise:
+      BARACUDA_TRY(check_pointwise(desc, &p.bcast_));
+      break;
+    case LossKind::linear:
+      BARACUDA_TRY(check_linear(desc));
+      break;
+    case LossKind::rows:
+      BARACUDA_TRY(check_rows(desc, &p.bcast_));
+      break;
   }
-  auto impl = detail::first_accepting<LossImpl>(label, kLossImpls, target, desc, pref);
+  const std::span<const LossImpl> impls =
+      in.kind == LossKind::linear ? std::span<const LossImpl>(kLinearImpls) : std::span<const LossImpl>(kLossImpls);
+  auto impl = detail::first_accepting<LossImpl>(label, impls, target, desc, pref);
   if (!impl) return impl.error();
   p.allow_vectorized_ = pref.vectorized != Tristate::Forbid;
   // Keep descriptors comparable: absent inputs have no shape, unused fields their defaults.
   for (int k = 0; k < kLossMaxInputs; ++k)
     if (!desc.has(k)) p.desc_.shapes[k] = Shape{};
-  if (in.kind != LossKind::classes) p.desc_.target_dtype = desc.dtype;
+  if (!has_index_target(desc.op)) p.desc_.target_dtype = desc.dtype;
+
+  if (in.kind == LossKind::linear) {
+    auto lin = detail::LinearCe::select(target, p.desc_, pref);
+    if (!lin) return lin.error();
+    p.linear_ = std::move(lin.value());
+    p.sku_ = p.linear_->sku();
+    p.cfg_ = p.linear_->config();
+    p.workspace_bytes_ = p.linear_->workspace_size();
+    p.rows_ = desc.shapes[0].dims[0];
+    p.classes_ = desc.shapes[1].dims[0];
+    p.loss_shape_ = desc.reduction == Reduction::none ? Shape::of({p.rows_}) : Shape{};
+    return p;
+  }
 
   const bool bw = desc.direction == Direction::Backward;
   const bool reduced = desc.reduction != Reduction::none;
   const DType stats = loss_stats_dtype(desc.dtype);
   const size_t acc = static_cast<size_t>(size_in_bytes(stats));
   const int es = size_in_bytes(desc.dtype);
-  const int vec = 16 / es;
   Config& c = p.cfg_;
   p.sku_.category = "loss";
   p.sku_.op = label;
@@ -405,19 +647,15 @@ Result<LossPlan> LossPlan::select(const Target& target, const LossDesc& desc, co
     p.classes_ = x.dims[class_dim(x)];
     p.rows_ = row_shape(x).numel();
     p.loss_shape_ = reduced ? Shape{} : row_shape(x);
-    // Launch shape: a function of (dtype, classes) only. A group holds kClassUnroll 16-byte
-    // vectors a thread per chunk; rows up to a chunk of 512 threads are read in one chunk.
-    const int64_t items = int64_t(kClassUnroll) * vec;
-    c.tpr = pow2_at_least((p.classes_ + items - 1) / items, kClassMaxTpr);
-    if (desc.op == LossOp::nll_loss && !bw) c.tpr = 1;  // a gather per row: no class pass
-    c.block = c.tpr > 32 ? c.tpr : 128;
-    // The fused forward over class indices of a row longer than one CTA holds: a thread-block
-    // cluster a row keeps it on chip (cluster_kernel.cuh), so it is read once; sm_90+ only. Rows
-    // past 16 CTAs take the streaming kernel (tpr = 512 above) and read the row twice.
-    const int64_t cta_classes = int64_t{detail::kLossClusterThreads} * detail::kLossClusterVecs * vec;
-    if (ce && !bw && desc.fused_grad && !probs && target.sm >= 90 && p.allow_vectorized_ && p.classes_ > cta_classes &&
-        p.classes_ <= cta_classes * detail::kLossClusterMaxCtas)
-      c.cluster = static_cast<int>((p.classes_ + cta_classes - 1) / cta_classes);
+    const detail::ClassShape shape = detail::class_launch_shape(
+        desc.dtype, p.classes_, ce && !bw && desc.fused_grad && !probs, target.sm, p.allow_vectorized_);
+    c.tpr = shape.tpr;
+    c.block = shape.block;
+    c.cluster = shape.cluster;
+    if (desc.op == LossOp::nll_loss && !bw) {  // a gather per row: no class pass
+      c.tpr = 1;
+      c.block = 128;
+    }
     detail::loss_sum_partition(p.rows_, &c.parts, &c.chunk);
     p.sku_.dtypes = dname(desc.dtype) + "," + dname(desc.target_dtype) + "->" + dname(desc.dtype);
     p.sku_.layout = c.cluster > 0 ? "cluster-rows(ctas=" + std::to_string(c.cluster) + ")"
@@ -446,6 +684,23 @@ Result<LossPlan> LossPlan::select(const Target& target, const LossDesc& desc, co
     if (need_rows) ws += align256(static_cast<size_t>(p.rows_) * acc) * (probs ? 1 : 2);
     if (need_partial) ws += align256(size_t(detail::kSumMaxParts) * 2 * acc) + align256(2 * acc);
     p.workspace_bytes_ = ws;
+  } else if (in.kind == LossKind::rows) {
+    const Shape& b = p.bcast_;
+    p.classes_ = b.dims[b.rank - 1];
+    p.rows_ = without_last(b).numel();
+    p.loss_shape_ = reduced ? Shape{} : without_last(b);
+    // A group of threads a row, kRowsItems elements a thread (up to 512 threads); a function of D.
+    c.tpr = pow2_at_least((p.classes_ + kRowsItems - 1) / kRowsItems, kClassMaxTpr);
+    c.block = c.tpr > 32 ? c.tpr : 128;
+    detail::loss_sum_partition(p.rows_, &c.parts, &c.chunk);
+    const bool idx = has_index_target(desc.op);
+    p.sku_.dtypes =
+        dname(desc.dtype) + (idx ? "," + dname(desc.target_dtype) : std::string()) + "->" + dname(desc.dtype);
+    p.sku_.layout = "last-dim-rows(tpr=" + std::to_string(c.tpr) + ")";
+    p.sku_.precision.note =
+        std::string("row sums in ") + dname(stats) + (bw ? " recomputed by the backward" : "") +
+        (reduced && !bw ? "; per-row losses, fixed-order two-stage sum (" + std::to_string(c.parts) + " parts)" : "");
+    p.workspace_bytes_ = rows_workspace(desc, b, p.rows_, p.classes_).total;
   } else {  // pointwise
     p.rows_ = p.bcast_.numel();
     p.classes_ = 1;
@@ -487,15 +742,20 @@ enum class Want { Exact, OneElement, Rows, Dense1 };
 }  // namespace
 
 Result<void> LossPlan::can_implement(const LossArgs& a) const {
+  if (linear_) return linear_->can_implement(desc_, a);
   const auto& in = info(desc_.op);
   const std::string label = op_label(desc_);
   const bool bw = desc_.direction == Direction::Backward;
   const bool reduced = desc_.reduction != Reduction::none;
   const bool classes = in.kind == LossKind::classes;
+  const bool pointwise = in.kind == LossKind::pointwise;  // exact in place is allowed (elementwise)
   const bool probs = classes && !is_index_dtype(desc_.target_dtype);
   const bool ce = desc_.op == LossOp::cross_entropy;
   const bool mean_idx = classes && !probs && desc_.reduction == Reduction::mean;
   const DType stats = loss_stats_dtype(desc_.dtype);
+  // The input holding class indices (classes: also probabilities), whose dtype is target_dtype.
+  const int target_k = has_index_target(desc_.op) ? in.input_index("target") : -1;
+  const bool checked_targets = (classes && !probs) || (target_k >= 0 && !classes);
 
   auto must_not = [&](bool present, const char* role, const std::string& why) -> Result<void> {
     if (present) return invalid(label + ": " + role + " given but " + why);
@@ -562,7 +822,7 @@ Result<void> LossPlan::can_implement(const LossArgs& a) const {
   BARACUDA_TRY(must_not(given(a.save_lse) && !(!bw && ce), "save_lse", "only cross_entropy's forward writes it"));
   BARACUDA_TRY(must_not(given(a.save_total_weight) && !(!bw && classes && !probs && reduced), "save_total_weight",
                         "only a reduced class forward over class indices writes it"));
-  BARACUDA_TRY(must_not(given(a.error) && !(classes && !probs), "error", "only class-index targets are checked"));
+  BARACUDA_TRY(must_not(given(a.error) && !checked_targets, "error", "only class-index targets are checked"));
   BARACUDA_TRY(must_not(given(a.dy) && !(bw || desc_.fused_grad), "dy",
                         "the forward reads no dy (fused_grad is "
                         "false)"));
@@ -585,22 +845,27 @@ Result<void> LossPlan::can_implement(const LossArgs& a) const {
   };
   const Shape none_shape{};
   const Want loss_want = reduced ? Want::OneElement : Want::Exact;
+  // In-place partners: class ops' gradients may replace the logits, pointwise outputs any input of
+  // the iteration's shape; rows ops have none (a row's elements are gathered after others are written).
+  auto partner = [&](const Shape& s) { return classes ? s == desc_.shapes[0] : (pointwise && s == bcast_); };
   for (int k = 0; k < in.num_inputs() && k < kLossMaxInputs; ++k) {
     if (!desc_.has(k)) continue;
-    const DType dt = classes && k == 1 ? desc_.target_dtype : desc_.dtype;
-    const bool dense = classes && k == 2;  // class weights are indexed densely
+    const DType dt = k == target_k ? desc_.target_dtype : desc_.dtype;
+    // Class weights are indexed densely.
+    const bool dense = (classes || desc_.op == LossOp::multi_margin_loss) && in.input_name(k) == "weight";
     ref(in.input_name(k), a.in[k], dt, dense ? Want::Dense1 : Want::Exact, desc_.shapes[k], true,
-        desc_.shapes[k] == (classes ? desc_.shapes[0] : bcast_));
+        partner(desc_.shapes[k]));
   }
   // Class ops' per-row tensors are no in-place partners: a row's loss is written before its dy is read.
-  if (bw || desc_.fused_grad) ref("dy", a.dy, desc_.dtype, loss_want, loss_shape_, bw, !reduced && !classes);
-  if (!bw) mut("out", a.out, desc_.dtype, loss_want, loss_shape_, true, !reduced && !classes);
+  if (bw || desc_.fused_grad) ref("dy", a.dy, desc_.dtype, loss_want, loss_shape_, bw, !reduced && pointwise);
+  if (!bw) mut("out", a.out, desc_.dtype, loss_want, loss_shape_, true, !reduced && pointwise);
   for (int g = 0; g < in.num_grads() && g < kLossMaxGrads; ++g) {
     const int k = in.grad_input(g);
     if (k >= 0 && desc_.has(k) && grads_here && !(classes && g == 1 && !probs))
       mut("grad[" + std::to_string(g) + "] (" + in.grad_name(g) + ")", a.grad[g], desc_.dtype, Want::Exact,
-          desc_.shapes[k], false, desc_.shapes[k] == (classes ? desc_.shapes[0] : bcast_));
+          desc_.shapes[k], false, partner(desc_.shapes[k]));
   }
+  if (checked_targets && !classes) mut("error", a.error, DType::s32, Want::OneElement, Shape{}, false, false);
   if (classes) {
     if (bw && ce) ref("lse", a.lse, stats, Want::Rows, none_shape, true, false);
     if (bw && mean_idx) ref("total_weight", a.total_weight, stats, Want::OneElement, none_shape, true, false);
@@ -755,6 +1020,106 @@ int64_t cluster_segment(int64_t classes, int ctas, int vec) {
   return (per + vec - 1) / vec * vec;
 }
 
+/// A rows launch's tensor geometry: per slot, the strides of the broadcast shape [..., D] (stride 0
+/// where a tensor broadcasts), the row dims coalesced across every slot, the stride along D. The
+/// gradients of broadcast inputs go to dense buffers of the workspace (`staged`).
+struct RowsGeometry {
+  detail::RowsLaunch p;
+  std::array<void*, kLossMaxGrads> staged{};
+};
+
+RowsGeometry rows_geometry(const LossDesc& d, const Shape& bcast, const LossArgs& a, Workspace ws, int64_t rows) {
+  using namespace detail;
+  const auto& in = info(d.op);
+  const RowsInputs ri = rows_inputs(d.op);
+  const bool bw = d.direction == Direction::Backward;
+  const bool none = d.reduction == Reduction::none;
+  const int R = bcast.rank;
+  RowsGeometry g;
+  RowsLaunch& p = g.p;
+  // Per slot: pointer and the stride of each broadcast dim (element slots) or row dim (row slots).
+  std::array<const void*, kRsNumSlots> ptr{};
+  std::array<std::array<int64_t, kMaxRank>, kRsNumSlots> st{};
+  auto elem = [&](int k, const void* data, const Layout& l) {
+    if (data == nullptr && l.rank == 0) return;
+    ptr[k] = data;
+    for (int i = 0; i < R; ++i) {
+      const int li = i - (R - l.rank);
+      st[k][i] = li < 0 || l.shape[li] == 1 ? 0 : l.stride[li];
+    }
+  };
+  auto row = [&](int k, const void* data, const Layout& l) {
+    if (data == nullptr && l.rank == 0) return;
+    ptr[k] = data;
+    for (int i = 0; i + 1 < R && i < l.rank; ++i) st[k][i] = l.shape[i] == 1 ? 0 : l.stride[i];
+  };
+  for (int k = 0; k < 3; ++k)
+    if ((ri.elem >> k) & 1 && d.has(k)) elem(kRsIn0 + k, a.in[k].data, a.in[k].layout);
+  if (ri.labels >= 0) elem(kRsLabels, a.in[ri.labels].data, a.in[ri.labels].layout);
+  if (ri.row_target >= 0) row(kRsTarget, a.in[ri.row_target].data, a.in[ri.row_target].layout);
+  if (!bw && none) row(kRsLoss, a.out.data, a.out.layout);
+  if (bw && none) row(kRsDy, a.dy.data, a.dy.layout);
+  const RowsWorkspace w = rows_workspace(d, bcast, rows, R > 0 ? bcast.dims[R - 1] : 0);
+  if (bw) {
+    const Layout dense = Layout::contiguous(R, bcast.dims.data());
+    for (int gi = 0; gi < in.num_grads() && gi < 3; ++gi) {
+      const int k = in.grad_input(gi);
+      if (k < 0 || !d.has(k) || a.grad[gi].data == nullptr) continue;
+      if (w.staged[gi]) {
+        g.staged[gi] = static_cast<char*>(ws.ptr) + (w.staged[gi] - 1);
+        elem(kRsG0 + gi, g.staged[gi], dense);
+      } else {
+        elem(kRsG0 + gi, a.grad[gi].data, a.grad[gi].layout);
+      }
+    }
+  }
+  // Row dims, outer to inner, without size-1 dims; a dim merges into the previous one where every
+  // present slot allows it.
+  struct Dim {
+    int64_t size;
+    std::array<int64_t, kRsNumSlots> stride;
+  };
+  std::vector<Dim> dims;
+  for (int i = 0; i + 1 < R; ++i) {
+    if (bcast.dims[i] == 1) continue;
+    Dim dm{bcast.dims[i], {}};
+    for (int k = 0; k < kRsNumSlots; ++k) dm.stride[k] = ptr[k] ? st[k][i] : 0;
+    if (!dims.empty()) {
+      Dim& prev = dims.back();
+      bool merge = true;
+      for (int k = 0; k < kRsNumSlots; ++k)
+        if (ptr[k] && prev.stride[k] != dm.stride[k] * dm.size) merge = false;
+      if (merge) {
+        prev.size *= dm.size;
+        prev.stride = dm.stride;
+        continue;
+      }
+    }
+    dims.push_back(dm);
+  }
+  p.row_ndim = static_cast<int>(dims.size());
+  for (size_t k = 0; k < dims.size(); ++k) {  // innermost first
+    const Dim& dm = dims[dims.size() - 1 - k];
+    p.row_size[k] = dm.size;
+    for (int sl = 0; sl < kRsNumSlots; ++sl) p.row_stride[sl][k] = dm.stride[sl];
+  }
+  for (int k = 0; k < kRsElemSlots; ++k) p.estride[k] = ptr[k] && R > 0 ? st[k][R - 1] : 0;
+  for (int k = 0; k < 3; ++k) {
+    p.in[k] = ptr[kRsIn0 + k];
+    p.grad[k] = const_cast<void*>(ptr[kRsG0 + k]);
+  }
+  p.labels = ptr[kRsLabels];
+  p.target = ptr[kRsTarget];
+  p.loss = const_cast<void*>(ptr[kRsLoss]);
+  if (ri.class_weight >= 0 && d.has(ri.class_weight)) p.weight = a.in[ri.class_weight].data;
+  if (d.op == LossOp::multilabel_margin_loss) p.flags = static_cast<uint8_t*>(ws.ptr) + w.flags;
+  if (!bw && !none) {
+    p.loss_rows = static_cast<char*>(ws.ptr) + w.rows;
+    p.partial = static_cast<char*>(ws.ptr) + w.partial;
+  }
+  return g;
+}
+
 /// Whether the pointwise iteration can take 16-byte vectors of `vec` elements: every present
 /// operand's innermost stride is 1 (16-byte aligned pointer, outer strides multiples of `vec`)
 /// or 0 (one value replicated; inputs only), and the innermost size is a multiple of `vec`
@@ -829,7 +1194,9 @@ PointwiseIteration pointwise_iteration(const LossDesc& d, const Shape& bcast, co
 }  // namespace
 
 std::string LossPlan::layout_for(const LossArgs& a) const {
+  if (linear_) return linear_->layout_for(desc_, a);
   const auto& in = info(desc_.op);
+  if (in.kind == LossKind::rows) return rows_ == 0 ? "empty" : "last-dim-rows(tpr=" + std::to_string(cfg_.tpr) + ")";
   if (in.kind == LossKind::classes) {
     if (rows_ == 0 || classes_ == 0) return "empty";
     if (desc_.direction == Direction::Backward && desc_.fused_grad)
@@ -857,19 +1224,27 @@ struct Launchers {
   DType dtype;
   cudaError_t (*cls)(const detail::ClassLaunch&, cudaStream_t);
   cudaError_t (*pw)(const detail::PointwiseLaunch&, cudaStream_t);
+  cudaError_t (*rows)(const detail::RowsLaunch&, cudaStream_t);
 };
-constexpr Launchers kLaunchers[] = {
-    {DType::f32, &detail::loss_class_run<DType::f32>, &detail::loss_pointwise_run<DType::f32>},
-    {DType::f16, &detail::loss_class_run<DType::f16>, &detail::loss_pointwise_run<DType::f16>},
-    {DType::bf16, &detail::loss_class_run<DType::bf16>, &detail::loss_pointwise_run<DType::bf16>},
-    {DType::f64, &detail::loss_class_run<DType::f64>, &detail::loss_pointwise_run<DType::f64>},
-};
+#define BARACUDA_LOSS_LAUNCHERS(D)                                                      \
+  {                                                                                     \
+    DType::D, &detail::loss_class_run<DType::D>, &detail::loss_pointwise_run<DType::D>, \
+        &detail::loss_rows_run<DType::D>                                                \
+  }
+constexpr Launchers kLaunchers[] = {BARACUDA_LOSS_LAUNCHERS(f32), BARACUDA_LOSS_LAUNCHERS(f16),
+                                    BARACUDA_LOSS_LAUNCHERS(bf16), BARACUDA_LOSS_LAUNCHERS(f64)};
+#undef BARACUDA_LOSS_LAUNCHERS
 const Launchers* launchers_for(DType t) {
   for (const auto& l : kLaunchers)
     if (l.dtype == t) return &l;
   return nullptr;
 }
 }  // namespace
+
+cudaError_t detail::loss_class_launch(DType dtype, const ClassLaunch& p, cudaStream_t stream) {
+  const Launchers* L = launchers_for(dtype);
+  return L ? L->cls(p, stream) : cudaErrorInvalidValue;
+}
 
 Result<void> LossPlan::run(cudaStream_t stream, Workspace ws, const LossArgs& a) const {
   BARACUDA_TRY(can_implement(a));
@@ -878,6 +1253,7 @@ Result<void> LossPlan::run(cudaStream_t stream, Workspace ws, const LossArgs& a)
   if (workspace_bytes_ > 0 && (ws.bytes < workspace_bytes_ || !ws.ptr))
     return make_error(Status::WorkspaceTooSmall, label + ": workspace expected >= " + std::to_string(workspace_bytes_) +
                                                      " bytes, got " + std::to_string(ws.bytes));
+  if (linear_) return linear_->run(desc_, stream, ws, a);
   const Launchers* L = launchers_for(desc_.dtype);
   if (!L) return unsupported(label + ": no kernel for dtype " + dname(desc_.dtype));
   const bool bw = desc_.direction == Direction::Backward;
@@ -958,6 +1334,41 @@ Result<void> LossPlan::run(cudaStream_t stream, Workspace ws, const LossArgs& a)
     return fail(L->cls(p, stream));
   }
 
+  if (in.kind == LossKind::rows) {
+    RowsGeometry g = rows_geometry(desc_, bcast_, a, ws, rows_);
+    detail::RowsLaunch& p = g.p;
+    p.op = desc_.op;
+    p.fw = !bw;
+    p.reduction = desc_.reduction;
+    p.rows = rows_;
+    p.cols = classes_;
+    p.target64 = desc_.target_dtype == DType::s64;
+    p.error = static_cast<int*>(a.error.data);
+    for (int k = 0; k < kLossMaxParams; ++k) p.params[k] = desc_.params[k];
+    p.tpr = cfg_.tpr;
+    p.block = cfg_.block;
+    p.parts = cfg_.parts;
+    p.chunk = cfg_.chunk;
+    const double scale = desc_.reduction == Reduction::mean ? 1.0 / static_cast<double>(rows_) : 1.0;
+    if (bw) {
+      bool any = false;
+      for (int k = 0; k < 3; ++k) any = any || p.grad[k] != nullptr;
+      if (!any) return {};
+      p.dy = a.dy.data;
+      p.dy_rows = !reduced;
+      p.scale = reduced ? scale : 1.0;
+    } else if (reduced) {
+      p.finish.out = a.out.data;
+      p.finish.scale = scale;
+    }
+    BARACUDA_TRY(fail(L->rows(p, stream)));
+    for (int gi = 0; gi < kLossMaxGrads; ++gi) {  // gradients of broadcast inputs: summed back (fixed order)
+      if (!g.staged[gi]) continue;
+      BARACUDA_TRY(fail(detail::ew_sum_to_shape(desc_.dtype, g.staged[gi], bcast_, a.grad[gi], stream)));
+    }
+    return {};
+  }
+
   // Pointwise.
   const bool reduce = !bw && reduced;
   PointwiseIteration pi = pointwise_iteration(desc_, bcast_, a, ws, reduce, /*staging=*/true);
@@ -1033,6 +1444,13 @@ Result<void> loss(cudaStream_t stream, const LossDesc& desc, const LossArgs& arg
                                             [&](const Target& t) { return LossPlan::select(t, desc, pref); });
   if (!plan) return plan.error();
   return (*plan)->run(stream, ws, args);
+}
+
+Result<size_t> loss_workspace_size(const LossDesc& desc, const PlanPreference& pref) {
+  auto plan = detail::cached_plan<LossPlan>(desc_key(desc), pref,
+                                            [&](const Target& t) { return LossPlan::select(t, desc, pref); });
+  if (!plan) return plan.error();
+  return (*plan)->workspace_size();
 }
 
 }  // namespace baracuda
