@@ -356,8 +356,9 @@ template <class T, bool kHi, bool kWide, int kSpg, bool kStaged>
 cudaError_t launch_kernel(const detail::W4A16Launch& p, size_t smem, cudaStream_t stream) {
   auto* kernel = &w4a16_decode_kernel<T, kHi, kWide, kSpg, kStaged>;
   if constexpr (kStaged) {
-    // Above 48 KB of dynamic shared memory a kernel must opt in (an idempotent, cheap call).
-    if (smem > 48 * 1024) {
+    // Above 48 KB of shared memory, static (the partial sums, <= 8 KB) included, a kernel must
+    // opt in (an idempotent, cheap call).
+    if (smem + sizeof(float) * kWarps * 32 * 8 > 48 * 1024) {
       const cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStageBytes));
       if (e != cudaSuccess) return e;
