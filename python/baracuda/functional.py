@@ -605,7 +605,7 @@ for _alias, _target in {"true_divide": "div", "divide": "div", "multiply": "mul"
 # The other families (one module each, under their torch names; each module defines __all__).
 import importlib as _importlib
 
-_FAMILY_MODULES = ("norm", "gemm", "index", "loss", "quant")
+_FAMILY_MODULES = ("norm", "gemm", "index", "loss", "quant", "ctc", "gguf")
 _mod_name = _mod = _fname = None
 for _mod_name in _FAMILY_MODULES:
     _mod = _importlib.import_module("." + _mod_name, __package__)

@@ -39,7 +39,7 @@ for p in "${phases[@]}"; do
         -p no:cacheprovider >"$OUT/sanitizer.log" 2>&1 || rc=1
       grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer.log" | tail -5 ;;
     bench)  # every family's runner (BENCH_FAMILIES, default all); BENCH_ARGS go to the elementwise one
-      for fam in ${BENCH_FAMILIES:-elementwise gemm norm index loss quant}; do
+      for fam in ${BENCH_FAMILIES:-elementwise gemm norm index loss quant ctc gguf}; do
         [ -f bench/bench_$fam.py ] || continue
         extra=(); [ "$fam" = elementwise ] && extra=("${bench_extra[@]}")
         python3 bench/bench_$fam.py "${extra[@]}" --out-dir "$OUT" 2>"$OUT/bench-$fam.err" | tail -40 || rc=1
