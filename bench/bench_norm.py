@@ -4,7 +4,10 @@
 baracuda runs through baracuda._C.norm(op, backward, tensors, ...) with pre-allocated outputs and
 workspace; torch eager runs F.softmax / F.layer_norm / F.rms_norm (forward) and autograd's backward
 of its own forward graph (backward); torch.compile runs the compiled forward and the backward of
-the compiled graph (AOTAutograd). Timing: CUDA events, warm-up, median of --iters; buffer sets
+the compiled graph (AOTAutograd). sparsemax has no torch op: torch runs the sort-based formula
+(f32 math, as the test's reference) composed in eager; gumbel_softmax compares with
+F.gumbel_softmax (soft; its noise is drawn by torch's exponential_, baracuda's by in-kernel
+Philox, so the check column tests only that rows sum to 1). Timing: CUDA events, warm-up, median of --iters; buffer sets
 rotate when one call moves less than 2x L2 (bench.py). Writes bench/results/norm-<gpu>.md/.json.
 
   python bench/bench_norm.py                       # llm, vocab, decode, long shapes; bf16 (compile: llm)
@@ -12,6 +15,7 @@ rotate when one call moves less than 2x L2 (bench.py). Writes bench/results/norm
   python bench/bench_norm.py --quick               # headline shape only, bf16
   python bench/bench_norm.py --ops 'rms*' --dir bw --no-compile
   python bench/bench_norm.py --ops 'batch_norm,group_norm' --no-compile   # channel ops, NCHW + channels-last
+  python bench/bench_norm.py --ops 'sparsemax,gumbel*' --shapes llm     # [16384, 4096] bf16, eager + compile
 
 Channel ops (batch_norm training and eval, instance_norm, group_norm with 32 groups,
 local_response_norm) run on --channel-shapes ([32, 256, 56, 56] by default) in each of --layouts.
@@ -39,7 +43,8 @@ CHANNEL_OPS = ["batch_norm", "batch_norm_eval", "instance_norm", "group_norm", "
 GROUPS = 32  # group_norm's num_groups
 HEADLINE = (16384, 4096)
 SHAPES = {"llm": HEADLINE, "vocab": (1024, 128256), "decode": (16, 4096), "long": (4, 1 << 20), "odd": (4099, 4097)}
-OPS = ["softmax", "log_softmax", "layer_norm", "rms_norm", "normalize"]
+OPS = ["softmax", "log_softmax", "layer_norm", "rms_norm", "normalize", "sparsemax", "gumbel_softmax"]
+RANDOM_OPS = ("gumbel_softmax",)  # outputs differ from torch's by the noise: check row sums only
 DT = {"bf16": "bfloat16", "f32": "float32", "f16": "float16"}
 
 
@@ -110,14 +115,24 @@ def build_baracuda(torch, _C, c: Case):
     rows, n = c.shape
     for s in c.sets:
         x = s["x"]
-        if c.op == "normalize":
+        if c.op in ("sparsemax", "gumbel_softmax"):
+            params = {"seed": 1234} if c.op == "gumbel_softmax" else None
+            y = torch.empty_like(x)
+            _C.norm(c.op, False, {"x": x, "out": y}, -1, 1, 0.0, stream, None, True, params)
+            if c.dir == "fw":
+                t, outs = {"x": x, "out": y}, (y,)
+            else:
+                dx = torch.empty_like(x)
+                t, outs = {"dy": s["dy"], "y": y, "out": dx}, (dx,)
+            calls.append((c.op, c.dir == "bw", t, None, outs, params))
+        elif c.op == "normalize":
             y = torch.empty_like(x)
             if c.dir == "fw":
                 t, outs = {"x": x, "out": y}, (y,)
             else:
                 dx = torch.empty_like(x)
                 t, outs = {"dy": s["dy"], "x": x, "out": dx}, (dx,)
-            calls.append((c.op, c.dir == "bw", t, None, outs))
+            calls.append((c.op, c.dir == "bw", t, None, outs, None))
         elif c.op in ("softmax", "log_softmax"):
             y = torch.empty_like(x)
             _C.norm(c.op, False, {"x": x, "out": y}, -1, 1, 0.0, stream)
@@ -126,7 +141,7 @@ def build_baracuda(torch, _C, c: Case):
             else:
                 dx = torch.empty_like(x)
                 t, outs = {"dy": s["dy"], "y": y, "out": dx}, (dx,)
-            calls.append((c.op, c.dir == "bw", t, None, outs))
+            calls.append((c.op, c.dir == "bw", t, None, outs, None))
         else:
             y = torch.empty_like(x)
             mean = torch.empty(rows, device="cuda") if c.op == "layer_norm" else None
@@ -135,7 +150,7 @@ def build_baracuda(torch, _C, c: Case):
             fwd = {k: v for k, v in fw.items() if v is not None}
             _C.norm(c.op, False, fwd, -1, 1, 1e-5, stream)
             if c.dir == "fw":
-                calls.append((c.op, False, fwd, None, (y,)))
+                calls.append((c.op, False, fwd, None, (y,), None))
             else:
                 dx = torch.empty_like(x)
                 dw = torch.empty_like(s["weight"])
@@ -145,15 +160,26 @@ def build_baracuda(torch, _C, c: Case):
                 bwd = {k: v for k, v in bw.items() if v is not None}
                 nws = _C.norm_workspace_size(c.op, True, bwd, -1, 1, 1e-5)
                 ws = torch.empty(max(nws, 1), dtype=torch.uint8, device="cuda")
-                calls.append((c.op, True, bwd, ws, (dx, dw, db)))
+                calls.append((c.op, True, bwd, ws, (dx, dw, db), None))
     torch.cuda.synchronize()
 
     def fn(k):
-        op, bw, t, ws, _ = calls[k]
-        _C.norm(op, bw, t, -1, 1, 1e-12 if op == "normalize" else 1e-5, stream, ws)
+        op, bw, t, ws, _, params = calls[k]
+        _C.norm(op, bw, t, -1, 1, 1e-12 if op == "normalize" else 1e-5, stream, ws, True, params)
 
-    sku = _C.norm_sku(calls[0][0], calls[0][1], calls[0][2], -1, 1, 1e-5, True)
+    sku = _C.norm_sku(calls[0][0], calls[0][1], calls[0][2], -1, 1, 1e-5, True, calls[0][5])
     return fn, sku, calls[0][4]
+
+
+def torch_sparsemax(torch, x, dim=-1):
+    """The sort-based sparsemax formula in f32 (no torch op exists), cast back."""
+    z = x.float()
+    zs, _ = torch.sort(z, dim=dim, descending=True)
+    cs = zs.cumsum(dim)
+    k = torch.arange(1, z.shape[dim] + 1, device=z.device, dtype=z.dtype)
+    ks = (1 + k * zs > cs).sum(dim, keepdim=True)
+    tau = (cs.gather(dim, ks - 1) - 1) / ks.to(z.dtype)
+    return torch.clamp(z - tau, min=0).to(x.dtype)
 
 
 def torch_forward(torch, op, n):
@@ -164,6 +190,10 @@ def torch_forward(torch, op, n):
         return lambda s: F.log_softmax(s["x"], -1)
     if op == "normalize":
         return lambda s: F.normalize(s["x"], dim=-1)
+    if op == "sparsemax":
+        return lambda s: torch_sparsemax(torch, s["x"])
+    if op == "gumbel_softmax":
+        return lambda s: F.gumbel_softmax(s["x"], tau=1.0, hard=False, dim=-1)
     if op == "layer_norm":
         return lambda s: F.layer_norm(s["x"], (n,), s["weight"], s["bias"], 1e-5)
     return lambda s: F.rms_norm(s["x"], (n,), s["weight"], 1e-5)
@@ -355,7 +385,12 @@ def run_channel_cases(torch, _C, args, dirs):
     return rows
 
 
-def check(torch, got, ref, dt):
+def check(torch, got, ref, dt, op=None):
+    if op in RANDOM_OPS:  # different noise: both must be distributions along the row
+        for t in (got, ref):
+            if not torch.allclose(t.float().sum(-1), torch.ones_like(t[..., 0].float()), atol=2e-2):
+                return "MISMATCH: rows do not sum to 1"
+        return "ok (random: row sums)"
     rtol, atol = (2e-2, 2e-2) if dt != torch.float32 else (1e-4, 1e-4)
     try:
         torch.testing.assert_close(got.float(), ref.float(), rtol=rtol, atol=atol)
@@ -404,7 +439,8 @@ def main(argv=None):
                         bfn(0)
                         tfn(0)  # both on rotation set 0 (the timing loops ended on different sets)
                         torch.cuda.synchronize()
-                        row["check"] = check(torch, bouts[0], tout(), dt)
+                        row["check"] = (check(torch, bouts[0], tout(), dt, op) if not (op in RANDOM_OPS and d == "bw")
+                                        else "n/a (random)")
                         if not args.no_compile and (args.compile_shapes == "all" or shape_name in
                                                     args.compile_shapes.split(",")):
                             try:

@@ -1,11 +1,12 @@
 """Softmax and normalization under their torch names (torch.nn.functional signatures), with autograd.
 
-Rows of ``_C.norm_ops()`` (include/baracuda/ops/norm_ops.def): softmax, log_softmax, normalize (p=2),
-layer_norm, rms_norm, batch_norm, instance_norm, group_norm, local_response_norm, forward and
-backward, plus ``masked_softmax`` (bool or additive mask, broadcast). The channel normalizations
-take [N, C, *spatial] inputs in any layout (NCHW and channels-last run vectorized kernels) and
-update running statistics in place like torch; ``native_batch_norm`` / ``native_group_norm`` and
-their ``*_backward`` mirror ATen's functions for direct calls.
+Rows of ``_C.norm_ops()`` (include/baracuda/ops/norm_ops.def): softmax, log_softmax, normalize (any
+p >= 0 and inf), sparsemax, gumbel_softmax, layer_norm, rms_norm, batch_norm, instance_norm,
+group_norm, local_response_norm, forward and backward, plus ``masked_softmax`` (bool or additive
+mask, broadcast). The channel normalizations take [N, C, *spatial] inputs in any layout (NCHW and
+channels-last run vectorized kernels) and update running statistics in place like torch;
+``native_batch_norm`` / ``native_group_norm`` and their ``*_backward`` mirror ATen's functions for
+direct calls.
 Beyond torch: ``add_rms_norm`` / ``add_layer_norm`` normalize
 ``input + residual`` and also return that sum (the fused residual add of transformer blocks),
 and ``*_backward`` functions expose the backward plans directly.
@@ -17,8 +18,9 @@ norm that do not merge into one strided dim are copied to a contiguous tensor fi
 from . import _C
 from ._autograd import current_stream, dl, require_torch, torch
 
-__all__ = ["softmax", "log_softmax", "masked_softmax", "normalize", "layer_norm", "rms_norm", "add_rms_norm",
-           "add_layer_norm", "softmax_backward", "log_softmax_backward", "layer_norm_backward", "rms_norm_backward",
+__all__ = ["softmax", "log_softmax", "masked_softmax", "normalize", "sparsemax", "gumbel_softmax", "layer_norm",
+           "rms_norm", "add_rms_norm", "add_layer_norm", "softmax_backward", "log_softmax_backward",
+           "layer_norm_backward", "rms_norm_backward",
            "batch_norm", "instance_norm", "group_norm", "local_response_norm", "native_batch_norm",
            "native_batch_norm_backward", "native_group_norm", "native_group_norm_backward"]
 
@@ -28,7 +30,8 @@ NORM_OPS = {row["name"]: row for row in _C.norm_ops()}
 # ---- launch helpers ----------------------------------------------------------------------------
 def _run(op, backward, tensors, device, axis=-1, norm_ndim=1, eps=1e-5, want_workspace=False, params=None):
     """Runs one plan; `tensors` maps NormArgs roles to torch tensors (None entries are dropped);
-    `params` holds the channel ops' scalars (num_groups, training, momentum, size, alpha, beta, k)."""
+    `params` holds the other scalars: normalize's p, gumbel_softmax's tau, hard, seed, offset, the
+    channel ops' num_groups, training, momentum, size, alpha, beta, k."""
     live = {k: v for k, v in tensors.items() if v is not None}
     ws = None
     if want_workspace:  # DLPack capsules are single-use: each _C call gets its own export
@@ -126,6 +129,32 @@ def _softmax_bw(op, grad, y, dim):
     if y.numel():
         _run(op, True, {"dy": grad, "y": y, "out": dx}, y.device, axis=dim)
     return dx
+
+
+def _axis_bw(op, grad, y, dim, params=None):
+    """The backward of an axis op that reads its output (sparsemax; gumbel_softmax's soft sample)."""
+    dx = _like(y)
+    if y.numel():
+        _run(op, True, {"dy": grad, "y": y, "out": dx}, y.device, axis=dim, params=params)
+    return dx
+
+
+def _sparsemax_fw(x, dim):
+    y = _like(x)
+    if x.numel():
+        _run("sparsemax", False, {"x": x, "out": y}, x.device, axis=dim)
+    return y
+
+
+def _gumbel_fw(logits, dim, tau, hard, noise, seed, offset, need_soft=True):
+    """(output, soft sample): the soft sample is the output itself unless hard (then written only
+    when `need_soft`, for the backward)."""
+    y = _like(logits)
+    y_soft = (_like(logits) if need_soft else None) if hard else y
+    if logits.numel():
+        _run("gumbel_softmax", False, {"x": logits, "noise": noise, "out": y, "y_soft": y_soft if hard else None},
+             logits.device, axis=dim, params={"tau": tau, "hard": hard, "seed": seed, "offset": offset})
+    return y, y_soft
 
 
 def _norm_fw(op, x, k, weight, bias, eps, residual=None):
@@ -293,15 +322,15 @@ if torch is not None:
             return _softmax_bw(ctx.op, grad, y, ctx.dim), None, None, None
 
     class NormalizeFunction(torch.autograd.Function):
-        """F.normalize with p = 2; the backward reads the input."""
+        """F.normalize (any p); the backward reads the input."""
 
         @staticmethod
-        def forward(ctx, x, dim, eps):
+        def forward(ctx, x, dim, eps, p):
             y = _like(x)
             if x.numel():
-                _run("normalize", False, {"x": x, "out": y}, x.device, axis=dim, eps=eps)
+                _run("normalize", False, {"x": x, "out": y}, x.device, axis=dim, eps=eps, params={"p": p})
             ctx.save_for_backward(x)
-            ctx.dim, ctx.eps = dim, eps
+            ctx.dim, ctx.eps, ctx.p = dim, eps, p
             return y
 
         @staticmethod
@@ -310,8 +339,42 @@ if torch is not None:
             (x,) = ctx.saved_tensors
             dx = _like(x)
             if x.numel():
-                _run("normalize", True, {"dy": grad, "x": x, "out": dx}, x.device, axis=ctx.dim, eps=ctx.eps)
-            return dx, None, None
+                _run("normalize", True, {"dy": grad, "x": x, "out": dx}, x.device, axis=ctx.dim, eps=ctx.eps,
+                     params={"p": ctx.p})
+            return dx, None, None, None
+
+    class SparsemaxFunction(torch.autograd.Function):
+        """sparsemax; the backward reads the output (its support)."""
+
+        @staticmethod
+        def forward(ctx, x, dim):
+            y = _sparsemax_fw(x, dim)
+            ctx.save_for_backward(y)
+            ctx.dim = dim
+            return y
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            (y,) = ctx.saved_tensors
+            return _axis_bw("sparsemax", grad, y, ctx.dim), None
+
+    class GumbelSoftmaxFunction(torch.autograd.Function):
+        """gumbel_softmax; the backward reads the soft sample (hard: the straight-through gradient)."""
+
+        @staticmethod
+        def forward(ctx, logits, dim, tau, hard, noise, seed, offset):
+            y, y_soft = _gumbel_fw(logits, dim, tau, hard, noise, seed, offset)
+            ctx.save_for_backward(y_soft)
+            ctx.dim, ctx.tau = dim, tau
+            return y
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx, grad):
+            (y_soft,) = ctx.saved_tensors
+            dx = _axis_bw("gumbel_softmax", grad, y_soft, ctx.dim, {"tau": ctx.tau})
+            return dx, None, None, None, None, None, None
 
     class NormFunction(torch.autograd.Function):
         """layer_norm / rms_norm, optionally of x + residual (then also returns that sum)."""
@@ -336,7 +399,7 @@ if torch is not None:
             dres = dx if ctx.has_res and ctx.needs_input_grad[4] else None
             return None, None, None, dx if ctx.needs_input_grad[3] else None, dres, dw, db
 else:  # pragma: no cover
-    SoftmaxFunction = NormFunction = NormalizeFunction = None
+    SoftmaxFunction = NormFunction = NormalizeFunction = SparsemaxFunction = GumbelSoftmaxFunction = None
 
 
 if torch is not None:
@@ -422,11 +485,12 @@ def masked_softmax(input, mask, dim=-1):
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
-    """torch.nn.functional.normalize: input / max(||input||_p, eps) along `dim` (p = 2 only)."""
+    """torch.nn.functional.normalize: input / max(||input||_p, eps) along `dim`, for any p >= 0 and
+    p = inf (p = 0 counts the non-zeros, as torch.linalg.vector_norm; its gradient is zero). The
+    backward is torch's: p = inf splits the gradient evenly over tied maxima."""
     require_torch()
     _check_cuda("normalize", input)
-    if float(p) != 2.0:
-        raise NotImplementedError(f"normalize: p={p} is not built (p=2 only)")
+    p = float(p)
     if not input.dtype.is_floating_point:
         raise RuntimeError(f"normalize: expected a floating point input, got {input.dtype}")
     r = max(input.dim(), 1)
@@ -435,11 +499,71 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
     if _grad_mode(input):
         if out is not None:
             raise RuntimeError("normalize: out= arguments don't support automatic differentiation")
-        return NormalizeFunction.apply(input, dim, float(eps))
+        return NormalizeFunction.apply(input, dim, float(eps), p)
     y = out if out is not None else _like(input)
     if input.numel():
-        _run("normalize", False, {"x": input, "out": y}, input.device, axis=dim, eps=float(eps))
+        _run("normalize", False, {"x": input, "out": y}, input.device, axis=dim, eps=float(eps), params={"p": p})
     return y
+
+
+def sparsemax(input, dim=-1):
+    """Sparsemax (Martins & Astudillo, 2016) along `dim`: the Euclidean projection onto the
+    simplex, max(input - tau, 0) with the threshold tau that makes each slice sum to 1. Rows
+    with NaN or +inf give NaN. The gradient is (grad - its mean over the support) on the support
+    {output > 0}, 0 elsewhere."""
+    require_torch()
+    _check_cuda("sparsemax", input)
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"sparsemax: expected a floating point input, got {input.dtype}")
+    dim = _softmax_dim("sparsemax", dim, input.dim())
+    if _grad_mode(input):
+        return SparsemaxFunction.apply(input, dim)
+    return _sparsemax_fw(input, dim)
+
+
+_SEED_BOUND = 1 << 62  # randint's bound must fit in int64
+
+
+def _gumbel_seed(generator):
+    """A Philox key drawn from `generator` (torch's default CPU generator when None), so
+    torch.manual_seed makes the RNG path reproducible."""
+    if generator is None:
+        return int(torch.randint(0, _SEED_BOUND, (), dtype=torch.int64).item())
+    return int(torch.randint(0, _SEED_BOUND, (), dtype=torch.int64, generator=generator,
+                             device=generator.device).item())
+
+
+def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1, *, generator=None, seed=None, offset=0,
+                   noise=None):
+    """torch.nn.functional.gumbel_softmax: softmax((logits + g) / tau) along `dim` with Gumbel(0, 1)
+    noise g; hard=True returns the one-hot of its argmax (the first on ties of the stored soft
+    sample; exactly 1, where torch's y_hard - y_soft.detach() + y_soft is within an ulp of 1) with
+    the straight-through gradient of the soft sample.
+
+    The noise is drawn in the kernel from Philox4x32-10 keyed by `seed` at counter block `offset`
+    (the same (seed, offset) gives the same noise whatever the strides; see
+    src/ops/norm/norm_philox.hpp); without `seed` the key is drawn from `generator` (torch's default
+    generator when None). `noise` (logits' shape) supplies g itself instead, e.g. to reproduce
+    torch's formula exactly. `eps` is unused, as in torch."""
+    require_torch()
+    _check_cuda("gumbel_softmax", logits)
+    if eps != 1e-10:
+        import warnings
+        warnings.warn("`eps` parameter is deprecated and has no effect.", stacklevel=2)
+    if not logits.dtype.is_floating_point:
+        raise RuntimeError(f"gumbel_softmax: expected a floating point input, got {logits.dtype}")
+    dim = _softmax_dim("gumbel_softmax", dim, logits.dim())
+    if noise is not None:
+        _check_cuda("gumbel_softmax", noise)
+        noise = noise.detach().to(logits.dtype).expand_as(logits)
+        seed = 0
+    elif seed is None:
+        seed = _gumbel_seed(generator)
+    seed, offset = int(seed) % (1 << 64), int(offset) % (1 << 64)
+    tau, hard = float(tau), bool(hard)
+    if _grad_mode(logits):
+        return GumbelSoftmaxFunction.apply(logits, dim, tau, hard, noise, seed, offset)
+    return _gumbel_fw(logits, dim, tau, hard, noise, seed, offset, need_soft=False)[0]
 
 
 def softmax(input, dim=None, _stacklevel=3, dtype=None):

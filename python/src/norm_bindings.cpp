@@ -2,9 +2,10 @@
 // Tensors arrive by role in a dict ({"x": t, "weight": w, "out": y, ...}, the NormArgs field
 // names); the descriptor is derived from them: dtype and shape from x (forward) or dy
 // (backward), affine flags from which parameters are present, param_dtype from their dtype.
-// Channel ops (batch/instance/group norm, local_response_norm) take their scalars in a `params`
-// dict: num_groups, training, momentum, size, alpha, beta, k; running stats are present when
-// running_mean/running_var are.
+// Scalars beyond axis/norm_ndim/eps travel in a `params` dict: the channel ops' (batch/instance/
+// group norm, local_response_norm) num_groups, training, momentum, size, alpha, beta, k (running
+// stats are present when running_mean/running_var are); normalize's p; gumbel_softmax's tau,
+// hard and its Philox stream (seed, offset).
 #include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -29,9 +30,9 @@ struct NormCall {
   int device = -1;
 };
 
-const char* const kInRoles[] = {"x", "residual", "weight", "bias", "dy", "y", "mean", "rstd", "mask"};
-const char* const kOutRoles[] = {"out",     "residual_out", "save_mean",    "save_rstd",
-                                 "dweight", "dbias",        "running_mean", "running_var"};
+const char* const kInRoles[] = {"x", "residual", "weight", "bias", "dy", "y", "mean", "rstd", "mask", "noise"};
+const char* const kOutRoles[] = {"out",   "residual_out", "save_mean",   "save_rstd", "dweight",
+                                 "dbias", "running_mean", "running_var", "y_soft"};
 
 std::string role_list() {
   std::string s;
@@ -40,13 +41,23 @@ std::string role_list() {
   return s;
 }
 
-/// The channel ops' scalars from the `params` dict (absent keys keep NormDesc's defaults).
-void apply_params(const std::string& label, NormDesc& d, const nb::handle& params) {
+/// The scalars of the `params` dict (absent keys keep NormDesc's and NormRng's defaults).
+void apply_params(const std::string& label, NormDesc& d, NormRng& rng, const nb::handle& params) {
   if (params.is_none()) return;
   if (!nb::isinstance<nb::dict>(params)) fail(label + ": params expected a dict or None");
   for (auto [k, v] : nb::borrow<nb::dict>(params)) {
     const std::string key = nb::cast<std::string>(k);
-    if (key == "num_groups")
+    if (key == "p")
+      d.p = nb::cast<double>(v);
+    else if (key == "tau")
+      d.tau = nb::cast<double>(v);
+    else if (key == "hard")
+      d.hard = nb::cast<bool>(v);
+    else if (key == "seed")
+      rng.seed = nb::cast<uint64_t>(v);
+    else if (key == "offset")
+      rng.offset = nb::cast<uint64_t>(v);
+    else if (key == "num_groups")
       d.num_groups = nb::cast<int>(v);
     else if (key == "training")
       d.training = nb::cast<bool>(v);
@@ -61,7 +72,8 @@ void apply_params(const std::string& label, NormDesc& d, const nb::handle& param
     else if (key == "k")
       d.lrn_k = nb::cast<double>(v);
     else
-      fail(label + ": unknown param '" + key + "' (expected num_groups, training, momentum, size, alpha, beta, k)");
+      fail(label + ": unknown param '" + key +
+           "' (expected p, tau, hard, seed, offset, num_groups, training, momentum, size, alpha, beta, k)");
   }
 }
 
@@ -72,9 +84,10 @@ NormCall make_call(const std::string& op, bool backward, const nb::dict& tensors
   if (!o) fail("baracuda: unknown norm op '" + op + "'");
   c.label = op + (backward ? "_backward" : "");
   TensorRef* refs[] = {&c.args.x, &c.args.residual, &c.args.weight, &c.args.bias, &c.args.dy,
-                       &c.args.y, &c.args.mean,     &c.args.rstd,   &c.args.mask};
-  TensorMut* muts[] = {&c.args.out,     &c.args.residual_out, &c.args.save_mean,    &c.args.save_rstd,
-                       &c.args.dweight, &c.args.dbias,        &c.args.running_mean, &c.args.running_var};
+                       &c.args.y, &c.args.mean,     &c.args.rstd,   &c.args.mask, &c.args.noise};
+  TensorMut* muts[] = {&c.args.out,   &c.args.residual_out, &c.args.save_mean,   &c.args.save_rstd, &c.args.dweight,
+                       &c.args.dbias, &c.args.running_mean, &c.args.running_var, &c.args.y_soft};
+  static_assert(std::size(refs) == std::size(kInRoles) && std::size(muts) == std::size(kOutRoles));
   bool present[std::size(kInRoles) + std::size(kOutRoles)] = {};
   for (auto [k, v] : tensors) {
     const std::string key = nb::cast<std::string>(k);
@@ -112,11 +125,12 @@ NormCall make_call(const std::string& op, bool backward, const nb::dict& tensors
     c.desc.eps = eps;       // normalize's floor
     c.desc.weight = has_w;  // select() refuses them with the op's name
     c.desc.bias = has_b;
+    apply_params(c.label, c.desc, c.args.rng, params);
   } else if (in.kind == NormKind::channel) {
     const bool has_running = present[std::size(kInRoles) + 6] || present[std::size(kInRoles) + 7];
     c.desc = NormDesc::batch_norm(main.dtype, shape, has_w, has_b, true, has_running, 0.1, eps, dir);
     c.desc.op = *o;
-    apply_params(c.label, c.desc, params);
+    apply_params(c.label, c.desc, c.args.rng, params);
   } else {
     c.desc = NormDesc::layer_norm(main.dtype, shape, norm_ndim, has_w, has_b, eps, dir);
     c.desc.op = *o;
@@ -185,9 +199,10 @@ void bind_norm(nb::module_& m) {
       nb::arg("eps") = 1e-5, nb::arg("stream") = 0, nb::arg("workspace") = nb::none(), nb::arg("vectorized") = true,
       nb::arg("params") = nb::none(),
       "Runs a softmax/normalization plan (cached by descriptor) on `stream`. `tensors` maps NormArgs roles "
-      "(x, residual, weight, bias, dy, y, mean, rstd, mask, out, residual_out, save_mean, save_rstd, dweight, "
-      "dbias, running_mean, running_var) to tensors; a bool mask excludes where true, a float mask is added. "
-      "`params`: the channel ops' num_groups, training, momentum, size, alpha, beta, k.");
+      "(x, residual, weight, bias, dy, y, mean, rstd, mask, noise, out, residual_out, save_mean, save_rstd, "
+      "dweight, dbias, running_mean, running_var, y_soft) to tensors; a bool mask excludes where true, a float "
+      "mask is added. `params`: normalize's p; gumbel_softmax's tau, hard, seed, offset; the channel ops' "
+      "num_groups, training, momentum, size, alpha, beta, k.");
   m.def(
       "norm_workspace_size",
       [](const std::string& op, bool backward, nb::dict tensors, int axis, int norm_ndim, double eps,

@@ -76,9 +76,17 @@ def softmax_ref(op, x, dim):
 
 def softmax_tol(op, dt, n):
     rtol, atol = tol(op, dt)
-    if op == "softmax":  # outputs ~1/n: scale atol so it does not swamp them
+    if op in ("softmax", "gumbel_softmax"):  # outputs ~1/n: scale atol so it does not swamp them
         atol = max(atol / max(n, 1), 2 * SMALLEST[dt])
     return rtol, atol
+
+
+def scaled_tol(op, dt, ref, bw=False):
+    """tol(), with atol scaled by the reference's magnitude when it is below 1 (normalize with
+    p < 1 or p = 0 gives outputs ~1e-10..1e-5, which an unscaled atol would swamp)."""
+    rtol, atol = tol(op, dt, bw)
+    mag = ref.detach().abs().max().item() if ref.numel() else 1.0
+    return rtol, max(atol * min(1.0, mag), 2 * SMALLEST[dt])
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
@@ -486,12 +494,336 @@ def test_normalize(dt, n, dim):
     close(xr.grad, xu.grad.to(dt), rtol, atol, f"normalize backward {dt} n={n} dim={dim}")
 
 
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("dim", [-1, 0])
+@pytest.mark.parametrize("p", [1.0, 3.0, 0.5, 1.5, 0.0, math.inf])
+def test_normalize_p(dt, n, dim, p):
+    """Any p vs F.normalize (upcast), forward and torch's backward (p = inf splits the gradient
+    over tied maxima, which row 1 has; row 0 is zero: the norm is clamped to eps)."""
+    rows = rows_for(n) if dim == -1 else 9
+    shape = (rows, n) if dim == -1 else (n, rows)
+    x = randn(shape, dt, "normalize_p", dt, n, dim, p)
+    if dim == -1:
+        x[0] = 0
+        if n >= 3:
+            x[1, 0], x[1, -1] = 3.0, -3.0  # |x| ties at the max
+    xr = x.clone().requires_grad_()
+    y = F.normalize(xr, p=p, dim=dim)
+    up = UP[dt]
+    xu = x.detach().to(up).requires_grad_()
+    yref = tF.normalize(xu, p=p, dim=dim)
+    close(y, yref.detach().to(dt), *scaled_tol("normalize", dt, yref), f"normalize p={p} {dt} n={n} dim={dim}")
+    dy = randn(shape, dt, "normalize_p-dy", dt, n, dim, p)
+    y.backward(dy)
+    yref.backward(dy.to(up))
+    close(xr.grad, xu.grad.to(dt), *scaled_tol("normalize", dt, xu.grad, bw=True),
+          f"normalize p={p} backward {dt} n={n} dim={dim}")
+
+
+@pytest.mark.parametrize("p", [1.0, 3.0, math.inf])
+@pytest.mark.parametrize("case", ["transposed", "sliced", "middle_many", "empty"])
+def test_normalize_p_strided(p, case):
+    dt = torch.float32
+    if case == "transposed":
+        x, dim = randn((33, 129), dt, "np", case, p).t(), -1
+    elif case == "sliced":
+        x, dim = randn((33, 258), dt, "np", case, p)[:, ::2], -1
+    elif case == "middle_many":  # >= 4096 rows over a middle axis: the column mapping
+        x, dim = randn((4, 9, 4096), dt, "np", case, p), 1
+    else:
+        x, dim = torch.empty((0, 7), device=DEV), 1
+    xr = x.clone().requires_grad_()
+    y = F.normalize(xr, p=p, dim=dim)
+    xu = x.detach().double().requires_grad_()
+    yref = tF.normalize(xu, p=p, dim=dim)
+    close(y, yref.detach().to(dt), *tol("normalize", dt), f"normalize p={p} {case}")
+    dy = torch.ones_like(y) if case != "sliced" else torch.ones((), device=DEV).expand(y.shape)
+    y.backward(dy)
+    yref.backward(dy.double())
+    close(xr.grad, xu.grad.to(dt), *tol("normalize", dt, bw=True), f"normalize p={p} backward {case}")
+
+
 def test_normalize_errors():
     x = randn((4, 8), torch.float32, "normerr")
-    with pytest.raises(NotImplementedError):
-        F.normalize(x, p=1.0)
+    with pytest.raises(RuntimeError, match="p expected >= 0"):
+        F.normalize(x, p=-1.0)
+    with pytest.raises(RuntimeError, match="p expected >= 0"):
+        F.normalize(x, p=float("nan"))
     with pytest.raises(IndexError):
         F.normalize(x, dim=2)
+
+
+# ---- sparsemax ---------------------------------------------------------------------------------------
+def sparsemax_ref(x, dim):
+    """Sort-based sparsemax (Martins & Astudillo 2016) in float64 with autograd: the support is the
+    top k with 1 + k z_(k) > sum_{i<=k} z_(i); tau = (sum of the support - 1) / k; y = z - tau
+    strictly above tau (torch.where, so the gradient mask is z > tau)."""
+    z = x.movedim(dim, -1)
+    n = z.shape[-1]
+    zs, _ = torch.sort(z, dim=-1, descending=True)
+    cs = zs.cumsum(-1)
+    k = torch.arange(1, n + 1, device=z.device, dtype=z.dtype)
+    ks = (1 + k * zs > cs).sum(-1, keepdim=True)
+    tau = (cs.gather(-1, ks - 1) - 1) / ks.to(z.dtype)
+    y = torch.where(z > tau, z - tau, torch.zeros_like(z))
+    return y.movedim(-1, dim)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("spread", ["dense", "sparse"])
+def test_sparsemax(dt, n, spread):
+    """dense: x ~ N(0, 1/n^2), about 80% of each row in the support (the degenerate-data check
+    applies); sparse: x ~ N(0, 1), a handful of elements in it."""
+    scale = 1.0 / n if spread == "dense" else 1.0
+    x = randn((rows_for(n), n), dt, "sparsemax", dt, n, spread, scale=scale)
+    xr = x.clone().requires_grad_()
+    y = F.sparsemax(xr, dim=-1)
+    xu = x.detach().double().requires_grad_()
+    yref = sparsemax_ref(xu, -1)
+    if spread == "dense" and n > 1:
+        not_degenerate(yref, "sparsemax")
+    rtol, atol = tol("sparsemax", dt)
+    close(y, yref.detach().to(dt), rtol, max(atol * scale, 2 * SMALLEST[dt]), f"sparsemax {dt} n={n} {spread}")
+    assert torch.allclose(y.double().sum(-1), torch.ones(x.shape[0], dtype=torch.float64, device=DEV),
+                          atol=1e-2 if dt in (torch.float16, torch.bfloat16) else 1e-5), "rows must sum to 1"
+    dy = randn(x.shape, dt, "sparsemax-dy", dt, n, spread)
+    y.backward(dy)
+    yref.backward(dy.double())
+    rtol, atol = tol("sparsemax", dt, bw=True)
+    if n > 1:
+        close(xr.grad, xu.grad.to(dt), rtol, atol, f"sparsemax backward {dt} n={n} {spread}")
+    direct = F.sparsemax(x, dim=-1)
+    assert torch.equal(direct, y.detach()), "no-grad and autograd forwards run the same kernel"
+
+
+@pytest.mark.parametrize("case", ["dim0", "transposed", "sliced", "middle", "middle_many", "0d", "expanded_grad"])
+def test_sparsemax_strided(case):
+    dt = torch.float32
+    if case == "dim0":
+        x, dim = randn((129, 33), dt, "sm", case, scale=0.01), 0
+    elif case == "transposed":
+        x, dim = randn((33, 129), dt, "sm", case, scale=0.01).t(), -1
+    elif case == "sliced":
+        x, dim = randn((33, 258), dt, "sm", case, scale=0.01)[:, ::2], -1
+    elif case == "middle":
+        x, dim = randn((4, 129, 5), dt, "sm", case, scale=0.01), 1
+    elif case == "middle_many":  # >= 4096 rows over a middle axis: the column mapping
+        x, dim = randn((4, 9, 4096), dt, "sm", case, scale=0.1), 1
+    elif case == "0d":
+        x, dim = randn((), dt, "sm", case), 0
+    else:
+        x, dim = randn((7, 65), dt, "sm", case, scale=0.02), -1
+    xr = x.clone().requires_grad_()
+    y = F.sparsemax(xr, dim=dim)
+    xu = x.detach().double().requires_grad_()
+    yref = sparsemax_ref(xu.reshape(1) if case == "0d" else xu, 0 if case == "0d" else dim)
+    yref = yref.reshape(x.shape)
+    close(y, yref.detach().to(dt), *tol("sparsemax", dt), f"sparsemax {case}")
+    if case == "0d":
+        return
+    dy = torch.ones((), dtype=dt, device=DEV).expand(y.shape) if case == "expanded_grad" else \
+        randn(y.shape, dt, "sm-dy", case)
+    y.backward(dy)
+    yref.backward(dy.double())
+    close(xr.grad, xu.grad.to(dt), *tol("sparsemax", dt, bw=True), f"sparsemax backward {case}")
+
+
+def test_sparsemax_special_values():
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([[0.5, -inf, 0.2, 0.4], [nan, 0.0, 1.0, 2.0], [0.3, 0.3, 0.3, 0.3], [1.0, inf, 0.0, 0.0],
+                      [3.0, 0.0, -1.0, 2.5]], device=DEV)
+    y = F.sparsemax(x, dim=-1)
+    ref = sparsemax_ref(torch.nan_to_num(x.double(), neginf=-1e300), -1)  # -inf: excluded
+    ref[1] = nan  # rows with NaN or +inf give NaN
+    ref[3] = nan
+    close(y, ref.float(), 1e-6, 1e-6, "sparsemax special values")  # row 2: ties share the mass (0.25 each)
+
+
+def test_sparsemax_empty_and_errors():
+    for shape, dim in (((0, 64), -1), ((3, 0), -1), ((3, 0), 0)):
+        x = torch.empty(shape, device=DEV, requires_grad=True)
+        y = F.sparsemax(x, dim=dim)
+        assert y.shape == x.shape
+        y.sum().backward()
+        assert x.grad.shape == x.shape
+    with pytest.raises(IndexError):
+        F.sparsemax(torch.ones(3, 4, device=DEV), dim=2)
+    with pytest.raises(RuntimeError):
+        F.sparsemax(torch.ones(3, 4, dtype=torch.int32, device=DEV))
+
+
+# ---- gumbel_softmax ----------------------------------------------------------------------------------
+def gumbel_noise(shape, dt, *seed):
+    """torch's noise: -log(Exponential(1)), drawn on the CPU from a seeded generator."""
+    e = torch.empty(shape, dtype=torch.float64).exponential_(generator=gen("gumbel-noise", *seed))
+    return (-e.log()).to(dt).to(DEV)
+
+
+def gumbel_ref(x, g, tau, hard, dim):
+    """torch.nn.functional.gumbel_softmax's formula with the given noise, upcast, with autograd:
+    returns (output, y_soft, leaf)."""
+    up = UP[x.dtype]
+    xu = x.detach().to(up).requires_grad_()
+    y_soft = ((xu + g.to(up)) / tau).softmax(dim)
+    if not hard:
+        return y_soft, y_soft, xu
+    index = y_soft.detach().to(x.dtype).argmax(dim, keepdim=True)  # torch: max of the stored y_soft
+    y_hard = torch.zeros_like(y_soft).scatter_(dim, index, 1.0)
+    return y_hard - y_soft.detach() + y_soft, y_soft, xu
+
+
+def check_one_hot(y, y_soft_ref, dt, dim, what):
+    """y is one-hot along dim; where its 1 is not at the reference's argmax, the two soft values
+    must tie within the dtype's rounding (the kernel's soft values may round to the other side)."""
+    assert torch.all((y == 0) | (y == 1)), f"{what}: not 0/1"
+    assert torch.all(y.sum(dim) == 1), f"{what}: not one-hot"
+    got = y.argmax(dim, keepdim=True)
+    ref = y_soft_ref.to(dt).argmax(dim, keepdim=True)
+    vg = y_soft_ref.gather(dim, got)
+    vr = y_soft_ref.gather(dim, ref)
+    eps = torch.finfo(dt).eps
+    ok = (got == ref) | ((vr - vg).abs() <= 2 * eps * vr)
+    assert torch.all(ok), f"{what}: argmax differs beyond a rounding tie in {(~ok).sum().item()} rows"
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("hard", [False, True], ids=["soft", "hard"])
+@pytest.mark.parametrize("tau", [1.0, 0.5])
+def test_gumbel_softmax_given_noise(dt, n, hard, tau):
+    """With torch's noise passed in: forward and backward vs torch's formula (upcast)."""
+    x = randn((rows_for(n), n), dt, "gumbel", dt, n, scale=2.0)
+    g = gumbel_noise(x.shape, dt, dt, n)
+    xr = x.clone().requires_grad_()
+    y = F.gumbel_softmax(xr, tau=tau, hard=hard, dim=-1, noise=g)
+    yref, ysoft_ref, xu = gumbel_ref(x, g, tau, hard, -1)
+    what = f"gumbel_softmax {dt} n={n} hard={hard} tau={tau}"
+    if hard:
+        check_one_hot(y.detach(), ysoft_ref.detach(), dt, -1, what)
+    else:
+        if n > 1:
+            not_degenerate(ysoft_ref, what)
+        close(y, ysoft_ref.detach().to(dt), *softmax_tol("gumbel_softmax", dt, n), what)
+    dy = randn(x.shape, dt, "gumbel-dy", dt, n)
+    y.backward(dy)
+    yref.backward(dy.to(yref.dtype))
+    if n > 1:
+        close(xr.grad, xu.grad.to(dt), *tol("gumbel_softmax", dt, bw=True), what + " backward")
+
+
+@pytest.mark.parametrize("case", ["dim0", "transposed", "sliced", "middle_many", "broadcast_noise"])
+def test_gumbel_softmax_strided(case):
+    dt = torch.float32
+    if case == "dim0":
+        x, dim = randn((129, 33), dt, "gs", case), 0
+    elif case == "transposed":
+        x, dim = randn((33, 129), dt, "gs", case).t(), -1
+    elif case == "sliced":
+        x, dim = randn((33, 258), dt, "gs", case)[:, ::2], -1
+    elif case == "middle_many":
+        x, dim = randn((4, 9, 4096), dt, "gs", case), 1
+    else:
+        x, dim = randn((7, 65), dt, "gs", case), -1
+    g = gumbel_noise((65,) if case == "broadcast_noise" else x.shape, dt, case)
+    for hard in (False, True):
+        xr = x.clone().requires_grad_()
+        y = F.gumbel_softmax(xr, tau=0.7, hard=hard, dim=dim, noise=g)
+        yref, ysoft_ref, xu = gumbel_ref(x, g.expand(x.shape), 0.7, hard, dim)
+        if hard:
+            check_one_hot(y.detach(), ysoft_ref.detach(), dt, dim, f"gumbel_softmax {case}")
+        else:
+            close(y, ysoft_ref.detach().to(dt), *softmax_tol("gumbel_softmax", dt, x.shape[dim]), f"gumbel {case}")
+        dy = randn(x.shape, dt, "gs-dy", case)
+        y.backward(dy)
+        yref.backward(dy.double())
+        close(xr.grad, xu.grad.to(dt), *tol("gumbel_softmax", dt, bw=True), f"gumbel_softmax backward {case}")
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: str(d).replace("torch.", ""))
+def test_gumbel_softmax_rng_reproducible(dt):
+    x = randn((257, 129), dt, "gumbel-rng", dt)
+    a = F.gumbel_softmax(x, seed=1234, hard=True)
+    b = F.gumbel_softmax(x, seed=1234, hard=True)
+    c = F.gumbel_softmax(x, seed=1235, hard=True)
+    d = F.gumbel_softmax(x, seed=1234, offset=1, hard=True)
+    assert torch.equal(a, b), "the same (seed, offset) must give the same sample"
+    assert not torch.equal(a, c), "another seed must give another sample"
+    assert not torch.equal(a, d), "another offset must give another sample"
+    # The noise depends on the logical position only: a transposed copy (strided kernel) agrees.
+    xt = x.t().contiguous().t()
+    assert torch.equal(F.gumbel_softmax(xt, seed=1234, hard=True), a), "noise must not depend on strides"
+    s = F.gumbel_softmax(x, seed=1234)
+    close(s.sum(-1), torch.ones(257, dtype=dt, device=DEV), 1e-2, 1e-2, "soft samples sum to 1")
+    assert torch.equal(s.argmax(-1), a.argmax(-1)) or dt in (torch.float16, torch.bfloat16)
+    # generator / torch.manual_seed drive the key when no seed is given
+    torch.manual_seed(7)
+    e = F.gumbel_softmax(x, hard=True)
+    torch.manual_seed(7)
+    f = F.gumbel_softmax(x, hard=True)
+    assert torch.equal(e, f), "torch.manual_seed must make the default path reproducible"
+    g1 = torch.Generator().manual_seed(3)
+    g2 = torch.Generator().manual_seed(3)
+    assert torch.equal(F.gumbel_softmax(x, hard=True, generator=g1), F.gumbel_softmax(x, hard=True, generator=g2))
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.float64], ids=["float32", "bfloat16", "float64"])
+def test_gumbel_softmax_rng_statistics(dt):
+    """The kernel's noise is Gumbel(0, 1): (a) argmax frequencies over 2^16 rows match
+    softmax(logits) (Gumbel-max trick; chi-square with 7 dof below 40, p ~ 1e-6, where uniform
+    noise gives thousands); (b) with two zero logits, log(y0 / y1) = g0 - g1 is Logistic(0, 1):
+    mean 0, variance pi^2 / 3 (uniform noise: 1/6)."""
+    rows = 1 << 16
+    logits = torch.tensor([0.5, -1.0, 2.0, 0.0, 1.0, -0.5, 0.25, -2.0], dtype=torch.float64)
+    x = logits.to(dt).to(DEV).expand(rows, 8).contiguous()
+    y = F.gumbel_softmax(x, hard=True, seed=99)
+    counts = y.double().sum(0).cpu()
+    expect = torch.softmax(logits.to(dt).double(), 0) * rows
+    chi2 = ((counts - expect) ** 2 / expect).sum().item()
+    assert chi2 < 40, f"argmax frequencies {counts.tolist()} vs {expect.tolist()}: chi2 {chi2:.1f}"
+    z = torch.zeros((rows, 2), dtype=torch.float32, device=DEV)
+    s = F.gumbel_softmax(z, seed=5).double()
+    d = (s[:, 0].log() - s[:, 1].log())
+    assert abs(d.mean().item()) < 0.05, f"logistic mean {d.mean().item():.4f}"
+    assert abs(d.var().item() - math.pi ** 2 / 3) < 0.1, f"logistic variance {d.var().item():.4f}"
+
+
+def test_gumbel_softmax_empty_and_errors():
+    x = torch.empty((0, 16), device=DEV, requires_grad=True)
+    y = F.gumbel_softmax(x, hard=True, seed=1)
+    assert y.shape == x.shape
+    y.sum().backward()
+    z = torch.ones((3, 4), device=DEV)
+    with pytest.raises(RuntimeError, match="tau"):
+        F.gumbel_softmax(z, tau=0.0, seed=1)
+    with pytest.raises(RuntimeError, match="tau"):
+        F.gumbel_softmax(z, tau=-1.0, seed=1)
+    with pytest.raises(IndexError):
+        F.gumbel_softmax(z, dim=2, seed=1)
+    with pytest.warns(UserWarning, match="eps"):
+        F.gumbel_softmax(z, eps=1e-5, seed=1)
+
+
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("op", ["sparsemax", "gumbel_softmax"])
+@pytest.mark.parametrize("n", [7, 4097, 20000])
+def test_axis_ops_poisoned_output(op, n):
+    """Every output element (y; gumbel's y_soft) is written: outputs start as NaN."""
+    x = randn((33, n), torch.bfloat16, "poison", op, n, scale=1.0 / n if op == "sparsemax" else 1.0)
+    y = torch.full_like(x, float("nan"))
+    t = {"x": dl(x), "out": dl(y)}
+    params = None
+    ys = None
+    if op == "gumbel_softmax":
+        ys = torch.full_like(x, float("nan"))
+        t["y_soft"] = dl(ys)
+        params = {"hard": True, "seed": 1}
+    _C.norm(op, False, t, -1, 1, 0.0, torch.cuda.current_stream().cuda_stream, None, True, params)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y.float()).all(), f"{op} left elements unwritten"
+    if ys is not None:
+        assert torch.isfinite(ys.float()).all(), "gumbel_softmax left y_soft elements unwritten"
 
 
 # ---- channel normalizations: batch_norm, instance_norm, group_norm, local_response_norm -----------

@@ -11,6 +11,7 @@
 
 #include "baracuda/core/coverage.hpp"
 #include "baracuda/ops/norm.hpp"
+#include "ops/norm/norm_philox.hpp"
 #include "test_util.hpp"
 
 namespace baracuda {
@@ -60,14 +61,19 @@ NormDesc probe_of(const NormOpInfo& in, DType dt, Direction dir) {
 
 // ---- table and coverage ------------------------------------------------------------------------
 TEST(NormTable, RowsAndNames) {
-  ASSERT_EQ(norm_ops().size(), 9u);
-  for (const char* n : {"softmax", "log_softmax", "layer_norm", "rms_norm", "normalize", "batch_norm", "instance_norm",
-                        "group_norm", "local_response_norm"}) {
+  ASSERT_EQ(norm_ops().size(), 11u);
+  for (const char* n : {"softmax", "log_softmax", "layer_norm", "rms_norm", "normalize", "sparsemax", "gumbel_softmax",
+                        "batch_norm", "instance_norm", "group_norm", "local_response_norm"}) {
     auto op = norm_op_from_name(n);
     ASSERT_TRUE(op.has_value()) << n;
     EXPECT_STREQ(info(*op).name, n);
   }
-  EXPECT_FALSE(norm_op_from_name("sparsemax").has_value());
+  EXPECT_FALSE(norm_op_from_name("entmax15").has_value());
+  for (NormOp op : {NormOp::sparsemax, NormOp::gumbel_softmax}) {
+    EXPECT_EQ(info(op).kind, NormKind::axis);
+    EXPECT_TRUE(info(op).bw_reads_output()) << "sparsemax reads y; gumbel_softmax the soft sample";
+    EXPECT_FALSE(info(op).takes_weight());
+  }
   for (NormOp op : {NormOp::batch_norm, NormOp::instance_norm, NormOp::group_norm}) {
     EXPECT_EQ(info(op).kind, NormKind::channel);
     EXPECT_TRUE(info(op).takes_weight() && info(op).takes_bias());
@@ -113,8 +119,8 @@ TEST(NormCoverage, ListedRows) {
   auto has = [&](const char* op, Direction dir, const std::string& dt) {
     return baracuda::test::has_coverage_row(rows, "norm", op, dir, dt);
   };
-  for (const char* op : {"softmax", "log_softmax", "layer_norm", "rms_norm", "normalize", "batch_norm", "instance_norm",
-                         "group_norm", "local_response_norm"})
+  for (const char* op : {"softmax", "log_softmax", "layer_norm", "rms_norm", "normalize", "sparsemax", "gumbel_softmax",
+                         "batch_norm", "instance_norm", "group_norm", "local_response_norm"})
     for (Direction dir : {Direction::Forward, Direction::Backward})
       for (const char* dt : {"float32", "float16", "bfloat16", "float64"})
         EXPECT_TRUE(has(op, dir, dt)) << op << " " << dt;
@@ -496,6 +502,185 @@ TEST(NormNormalize, ValidationAndArgs) {
   a.x = ref_of(1, DType::f32, Layout::contiguous({8, 64}));
   EXPECT_TRUE(b->can_implement(a).ok()) << b->can_implement(a).message();
   EXPECT_EQ(b->layout_for(a), "subwarp-registers-vec16");
+}
+
+TEST(NormNormalize, AnyP) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double p : {0.0, 0.5, 1.0, 1.5, 3.0, inf}) {
+    SCOPED_TRACE(p);
+    for (Direction dir : {Direction::Forward, Direction::Backward}) {
+      auto pl = NormPlan::select(kTarget, NormDesc::normalize(DType::bf16, Shape::of({8, 64}), 1, 1e-12, dir, p));
+      ASSERT_TRUE(pl.ok()) << pl.message();
+      EXPECT_EQ(pl->desc().p, p);
+    }
+  }
+  auto note = [&](double p, Direction dir = Direction::Forward) {
+    return NormPlan::select(kTarget, NormDesc::normalize(DType::f32, Shape::of({8, 64}), 1, 1e-12, dir, p))
+        ->precision()
+        .note;
+  };
+  EXPECT_NE(note(1).find("p=1: x / max(sum |x|"), std::string::npos) << note(1);
+  EXPECT_NE(note(inf).find("p=inf: x / max(max |x|"), std::string::npos) << note(inf);
+  EXPECT_NE(note(inf, Direction::Backward).find("tied maxima"), std::string::npos);
+  EXPECT_NE(note(0).find("count(x != 0)"), std::string::npos);
+  EXPECT_NE(note(3).find("p=3: x / max((sum |x|^p)^(1/p)"), std::string::npos) << note(3);
+  EXPECT_NE(note(2).find("p=2"), std::string::npos);
+}
+
+TEST(NormNormalize, PRefusals) {
+  for (double p : {-1.0, -std::numeric_limits<double>::infinity()}) {
+    auto d = NormDesc::normalize(DType::f32, Shape::of({8, 64}), 1, 1e-12, Direction::Forward, p);
+    EXPECT_FAILS_WITH(NormPlan::select(kTarget, d), Status::InvalidProblem, "normalize", "p expected >= 0", "got -");
+  }
+  auto n = NormDesc::normalize(DType::f32, Shape::of({8, 64}), 1, 1e-12, Direction::Backward,
+                               std::numeric_limits<double>::quiet_NaN());
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, n), Status::InvalidProblem, "normalize_backward", "p", "got nan");
+  // p belongs to normalize: any other op refuses a p other than 2.
+  auto s = NormDesc::softmax(DType::f32, Shape::of({8, 64}), -1);
+  s.p = 1;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, s), Status::InvalidProblem, "softmax", "p is normalize's", "got 1");
+  auto l = NormDesc::layer_norm(DType::f32, Shape::of({8, 64}), 1, true, true, 1e-5);
+  l.p = 3;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, l), Status::InvalidProblem, "layer_norm", "p is normalize's");
+}
+
+TEST(NormSparsemax, SelectAndArgs) {
+  auto d = NormDesc::sparsemax(DType::bf16, Shape::of({16, 4096}), -1);
+  auto p = NormPlan::select(kTarget, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->config().tpr, 128);  // 32 bf16 a thread: the row stays in registers for every iteration
+  EXPECT_TRUE(p->config().cached);
+  EXPECT_NE(p->precision().note.find("Michelot"), std::string::npos) << p->precision().note;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, NormDesc::sparsemax(DType::f32, Shape::of({3, 4}), 2)),
+                    Status::InvalidProblem, "sparsemax", "axis", "[-2, 2)", "got 2");
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, NormDesc::sparsemax(DType::f32, Shape::of({3, 4}), -3)),
+                    Status::InvalidProblem, "sparsemax", "axis", "got -3");
+  auto m = NormDesc::sparsemax(DType::f32, Shape::of({3, 4}), -1);
+  m.mask = NormMask::boolean;
+  m.mask_shape = Shape::of({4});
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, m), Status::Unsupported, "sparsemax", "softmax only");
+  NormArgs a;
+  a.x = ref_of(0, DType::bf16, Layout::contiguous({16, 4096}));
+  a.out = mut_of(1, DType::bf16, Layout::contiguous({16, 4096}));
+  ASSERT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  EXPECT_EQ(p->layout_for(a), "cta-registers-vec16");
+  a.noise = ref_of(2, DType::bf16, Layout::contiguous({16, 4096}));
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "sparsemax", "noise given",
+                    "only gumbel_softmax's forward");
+  // The backward reads y (the support), not x.
+  auto b = NormPlan::select(kTarget, NormDesc::sparsemax(DType::bf16, Shape::of({16, 4096}), -1, Direction::Backward));
+  ASSERT_TRUE(b.ok()) << b.message();
+  NormArgs g;
+  g.dy = ref_of(0, DType::bf16, Layout::contiguous({16, 4096}));
+  g.out = mut_of(2, DType::bf16, Layout::contiguous({16, 4096}));
+  EXPECT_FAILS_WITH(b->can_implement(g), Status::InvalidProblem, "sparsemax_backward", "y", "required");
+  g.y = ref_of(1, DType::bf16, Layout::contiguous({16, 4096}));
+  EXPECT_TRUE(b->can_implement(g).ok()) << b->can_implement(g).message();
+  g.x = ref_of(3, DType::bf16, Layout::contiguous({16, 4096}));
+  EXPECT_FAILS_WITH(b->can_implement(g), Status::InvalidProblem, "x given");
+}
+
+TEST(NormGumbel, Refusals) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (double tau : {0.0, -1.0, inf, nan}) {
+    SCOPED_TRACE(tau);
+    for (Direction dir : {Direction::Forward, Direction::Backward})
+      EXPECT_FAILS_WITH(
+          NormPlan::select(kTarget, NormDesc::gumbel_softmax(DType::f32, Shape::of({4, 8}), -1, tau, false, dir)),
+          Status::InvalidProblem, "gumbel_softmax", "tau expected finite and > 0");
+  }
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, NormDesc::gumbel_softmax(DType::f32, Shape::of({4, 8}), 2, 1.0, true)),
+                    Status::InvalidProblem, "gumbel_softmax", "axis", "got 2");
+  // tau and hard belong to gumbel_softmax.
+  auto s = NormDesc::softmax(DType::f32, Shape::of({4, 8}), -1);
+  s.hard = true;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, s), Status::InvalidProblem, "softmax", "gumbel_softmax's", "true");
+  auto sp = NormDesc::sparsemax(DType::f32, Shape::of({4, 8}), -1);
+  sp.tau = 2;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, sp), Status::InvalidProblem, "sparsemax", "tau and hard", "got 2");
+  auto g = NormDesc::gumbel_softmax(DType::f32, Shape::of({4, 8}), -1);
+  g.p = 1;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, g), Status::InvalidProblem, "gumbel_softmax", "p is normalize's");
+  auto b = NormPlan::select(kTarget, NormDesc::gumbel_softmax(DType::s32, Shape::of({4, 8}), -1));
+  EXPECT_FAILS_WITH(b, Status::Unsupported, "gumbel_softmax", "dtype", "got int32");
+}
+
+TEST(NormGumbel, SelectAndArgs) {
+  auto d = NormDesc::gumbel_softmax(DType::bf16, Shape::of({16, 4096}), -1, 0.5, true);
+  auto p = NormPlan::select(kTarget, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  // 16 items a thread (an f32 row plus the Philox rounds; norm_big_items): 256 threads a row.
+  EXPECT_EQ(p->config().tpr, 256);
+  EXPECT_EQ(p->config().items, 16);
+  EXPECT_NE(p->precision().note.find("Philox4x32-10"), std::string::npos) << p->precision().note;
+  EXPECT_NE(p->precision().note.find("one-hot"), std::string::npos) << p->precision().note;
+  NormArgs a;
+  a.x = ref_of(0, DType::bf16, Layout::contiguous({16, 4096}));
+  a.out = mut_of(1, DType::bf16, Layout::contiguous({16, 4096}));
+  a.rng = NormRng{42, 7};
+  EXPECT_TRUE(p->can_implement(a).ok()) << "noise and y_soft are optional: " << p->can_implement(a).message();
+  EXPECT_EQ(p->layout_for(a), "cta-registers-vec16");
+  a.y_soft = mut_of(2, DType::bf16, Layout::contiguous({16, 4096}));
+  a.noise = ref_of(3, DType::bf16, Layout::contiguous({16, 4096}));
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  a.noise = TensorRef{fake_ptr(3), DType::bf16, strided({16, 4096}, {0, 1})};  // broadcast over rows
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  EXPECT_EQ(p->layout_for(a), "cta-registers-vec16");
+  a.noise = ref_of(3, DType::f32, Layout::contiguous({16, 4096}));
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "noise dtype", "bfloat16", "got float32");
+  a.noise = ref_of(3, DType::bf16, Layout::contiguous({16, 4095}));
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "noise shape", "[16, 4096]", "got [16, 4095]");
+  a.noise = {};
+  a.y_soft = mut_of(1, DType::bf16, Layout::contiguous({16, 4096}));
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "overlaps");
+  // A soft forward's output is the soft sample: y_soft is refused.
+  auto soft = NormPlan::select(kTarget, NormDesc::gumbel_softmax(DType::bf16, Shape::of({16, 4096}), -1));
+  a.y_soft = mut_of(2, DType::bf16, Layout::contiguous({16, 4096}));
+  EXPECT_FAILS_WITH(soft->can_implement(a), Status::InvalidProblem, "y_soft given", "hard");
+  // The backward reads the soft sample (y) and is the same for hard: the flag is dropped.
+  auto bw = NormPlan::select(
+      kTarget, NormDesc::gumbel_softmax(DType::bf16, Shape::of({16, 4096}), -1, 0.5, true, Direction::Backward));
+  ASSERT_TRUE(bw.ok()) << bw.message();
+  EXPECT_FALSE(bw->desc().hard);
+  NormArgs g;
+  g.dy = ref_of(0, DType::bf16, Layout::contiguous({16, 4096}));
+  g.y = ref_of(1, DType::bf16, Layout::contiguous({16, 4096}));
+  g.out = mut_of(2, DType::bf16, Layout::contiguous({16, 4096}));
+  EXPECT_TRUE(bw->can_implement(g).ok()) << bw->can_implement(g).message();
+  g.noise = ref_of(3, DType::bf16, Layout::contiguous({16, 4096}));
+  EXPECT_FAILS_WITH(bw->can_implement(g), Status::InvalidProblem, "noise given");
+  g.noise = {};
+  g.y_soft = mut_of(3, DType::bf16, Layout::contiguous({16, 4096}));
+  EXPECT_FAILS_WITH(bw->can_implement(g), Status::InvalidProblem, "y_soft given");
+}
+
+// Philox4x32-10 against Random123's known-answer vectors (kat_vectors: philox4x32 10), and the
+// uniforms' open interval.
+TEST(NormGumbel, PhiloxKnownAnswers) {
+  using detail::philox4x32_10;
+  struct Kat {
+    uint32_t in[6], out[4];
+  };
+  const Kat kats[] = {
+      {{0, 0, 0, 0, 0, 0}, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+      {{~0u, ~0u, ~0u, ~0u, ~0u, ~0u}, {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+      {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u, 0xa4093822u, 0x299f31d0u},
+       {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
+  };
+  for (const Kat& k : kats) {
+    const auto r = philox4x32_10(k.in[0], k.in[1], k.in[2], k.in[3], k.in[4], k.in[5]);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(r.v[i], k.out[i]) << "word " << i;
+  }
+  // (seed, offset, q) map to key = seed, counter = (q, offset).
+  const auto b = detail::philox_block(0x299f31d0a4093822ull, 0x0370734413198a2eull, 0x85a308d3243f6a88ull);
+  EXPECT_EQ(b.v[0], 0xd16cfe09u);
+  EXPECT_EQ(b.v[3], 0x24126ea1u);
+  EXPECT_GT(detail::philox_uniform_f32(0), 0.0f);
+  EXPECT_LT(detail::philox_uniform_f32(~0u), 1.0f);
+  EXPECT_GT(detail::philox_uniform_f64(0, 0), 0.0);
+  EXPECT_LT(detail::philox_uniform_f64(~0u, ~0u), 1.0);
+  EXPECT_TRUE(std::isfinite(-std::log(-std::log(detail::philox_uniform_f32(~0u)))));
+  EXPECT_TRUE(std::isfinite(-std::log(-std::log(detail::philox_uniform_f32(0)))));
 }
 
 // ---- channel ops -----------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // The softmax and normalization family (OPS.md G-H): softmax and log_softmax over any axis,
-// layer_norm and rms_norm over the trailing dims (affine or not, optional fused residual add),
-// forward and backward, rows of any length; and the channel normalizations of [N, C, *spatial]
-// inputs (batch_norm, instance_norm, group_norm, local_response_norm) in any layout.
+// F.normalize (any p >= 0, inf), sparsemax and gumbel_softmax over any axis, layer_norm and
+// rms_norm over the trailing dims (affine or not, optional fused residual add), forward and
+// backward, rows of any length; and the channel normalizations of [N, C, *spatial] inputs
+// (batch_norm, instance_norm, group_norm, local_response_norm) in any layout.
 //
 //   auto desc = NormDesc::layer_norm(DType::bf16, Shape::of({16384, 4096}), 1, true, true, 1e-5);
 //   auto plan = NormPlan::select(Target::current().value(), desc);
@@ -41,7 +42,8 @@ enum class NormOp : uint8_t {
 #undef BARACUDA_NORM
 };
 
-/// axis: reduces one axis of any stride, no parameters (softmax, log_softmax, normalize); norm:
+/// axis: reduces one axis of any stride, no parameters (softmax, log_softmax, normalize,
+/// sparsemax, gumbel_softmax); norm:
 /// reduces the trailing dims (layer_norm, rms_norm); channel: [N, C, *spatial] inputs with
 /// per-channel parameters (batch_norm, instance_norm, group_norm, local_response_norm). See
 /// norm_ops.def.
@@ -90,6 +92,11 @@ struct NormDesc {
   bool residual = false;           ///< forward norms: normalize x + residual and write that sum
   double eps = 1e-5;               ///< norms: added to the variance / mean square; normalize: the
                                    ///< norm's floor (torch's 1e-12); finite, >= 0
+  double p = 2.0;                  ///< normalize: the norm's order, finite >= 0 or +inf (0 counts
+                                   ///< the non-zeros, as torch's vector_norm); 2 for every other op
+  double tau = 1.0;                ///< gumbel_softmax: the temperature, finite > 0; 1 otherwise
+  bool hard = false;               ///< gumbel_softmax forward: one-hot of the argmax (the backward
+                                   ///< is the soft sample's either way: straight-through)
   NormMask mask = NormMask::none;  ///< softmax forward only (its backward is softmax's, on y)
   Shape mask_shape{};              ///< broadcasts to `shape`
   // Channel ops: x is [N, C, *spatial] (rank >= 2, channels at dim 1), in any layout.
@@ -109,9 +116,18 @@ struct NormDesc {
                              Direction dir = Direction::Forward);
   static NormDesc rms_norm(DType dt, const Shape& shape, int norm_ndim, bool weight, double eps,
                            Direction dir = Direction::Forward);
-  /// F.normalize with p = 2: x / max(||x||_2, eps) along `axis`.
+  /// F.normalize: x / max(||x||_p, eps) along `axis`; p = 2 by default (its own kernel), any
+  /// finite p >= 0 or +inf otherwise (one kernel; p = 1 and inf without pow).
   static NormDesc normalize(DType dt, const Shape& shape, int axis, double eps = 1e-12,
-                            Direction dir = Direction::Forward);
+                            Direction dir = Direction::Forward, double p = 2.0);
+  /// Sparsemax (Martins & Astudillo 2016) along `axis`: y = max(x - tau, 0) with the threshold
+  /// tau that makes the row sum to 1. The backward reads the output (its support).
+  static NormDesc sparsemax(DType dt, const Shape& shape, int axis, Direction dir = Direction::Forward);
+  /// torch's F.gumbel_softmax along `axis`: softmax((x + g) / tau) with Gumbel noise g (from
+  /// NormArgs::noise, or generated in the kernel from NormArgs::rng); hard: the one-hot of its
+  /// argmax. The backward reads the soft sample: dx = softmax_backward(dy, y_soft) / tau.
+  static NormDesc gumbel_softmax(DType dt, const Shape& shape, int axis, double tau = 1.0, bool hard = false,
+                                 Direction dir = Direction::Forward);
   /// Statistics per channel over (N, *spatial). Training: batch statistics (saved as mean and
   /// 1/sqrt(var + eps)), running stats updated when given; evaluation: the running stats.
   static NormDesc batch_norm(DType dt, const Shape& shape, bool weight, bool bias, bool training, bool running_stats,
@@ -136,6 +152,9 @@ struct NormDesc {
 /// | softmax fw       | x, [mask]                                | out (= y)                                |
 /// | softmax bw       | dy, y                                    | out (= dx)                               |
 /// | normalize fw/bw  | x / dy, x                                | out (= y / dx)                           |
+/// | sparsemax fw/bw  | x / dy, y                                | out (= y / dx)                           |
+/// | gumbel_softmax fw| x, [noise], rng                          | out (= y; hard: one-hot), [y_soft] (hard)|
+/// | gumbel_softmax bw| dy, y (the soft sample)                  | out (= dx)                               |
 /// | norm fw          | x, [residual], [weight], [bias]          | out (= y), [residual_out], [save_mean], [save_rstd]
 /// | | norm bw          | dy, x, mean (layer_norm), rstd, [weight] | out (= dx), [dweight], [dbias]           |
 /// | channel fw train | x, [weight], [bias], [running_mean, running_var (updated)] | out, [save_mean], [save_rstd] |
@@ -151,6 +170,17 @@ struct NormDesc {
 /// (torch's save_invstd); weight, bias, running stats and their gradients are dense [C] of
 /// param_dtype; x, out and dy are [N, C, *spatial] with any strides (planar NCHW and
 /// channels-last take vectorized kernels).
+///
+/// gumbel_softmax: `noise` (optional, x's shape and dtype) is the Gumbel noise g itself, as in
+/// torch's formula; without it the kernel draws g = -log(-log(u)) from Philox4x32-10 keyed by
+/// `rng` (src/ops/norm/norm_philox.hpp: the same (seed, offset) gives the same noise whatever
+/// the strides or the GPU). `y_soft` (hard only, optional) receives the soft sample the backward
+/// reads.
+struct NormRng {
+  uint64_t seed = 0;    ///< Philox key
+  uint64_t offset = 0;  ///< selects a disjoint range of counters (the high 64 bits)
+};
+
 struct NormArgs {
   TensorRef x;
   TensorRef mask;
@@ -169,6 +199,9 @@ struct NormArgs {
   TensorMut dbias;
   TensorMut running_mean;  ///< batch/instance norm: [C] of param_dtype (read in evaluation)
   TensorMut running_var;
+  TensorRef noise;   ///< gumbel_softmax forward: the Gumbel noise (optional)
+  TensorMut y_soft;  ///< gumbel_softmax hard forward: the soft sample (optional)
+  NormRng rng;       ///< gumbel_softmax forward without `noise`
 };
 
 class NormPlan {

@@ -15,6 +15,13 @@
 // `slots` (a function of the problem only); each slot sums its rows' contributions in a fixed
 // order (registers, or read-modify-write of its own workspace row when streaming) and a second
 // kernel sums the slots column by column in a fixed order: deterministic, no atomics.
+//
+// Optional op members (see the "op hooks" below; most ops have none): kMergeByPass (identity
+// and merge take the pass: sparsemax's max then sums, gumbel_softmax's (max, sum) then argmax);
+// kIterative + next_pass (a data-dependent number of passes: sparsemax's threshold iteration,
+// gumbel_softmax's argmax pass only when hard); kColumns (thread_pass and out also get the
+// column of each element: the argmax and the one-hot); kNoise (the load adds Gumbel noise and
+// divides by tau); kOut2 (a second output, out1, from out2()).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -24,6 +31,7 @@
 
 #include "kernels/common/dtype_traits.cuh"
 #include "ops/norm/norm_launch.hpp"
+#include "ops/norm/norm_philox.hpp"
 
 namespace baracuda::kern::norm {
 
@@ -35,10 +43,23 @@ struct Acc {
   M a, b;
 };
 /// Per-row values the passes produce: softmax (max, 1/sum or log(sum)); norms (mean, rstd);
-/// backward (c1, c2) = the row means the gradient formula needs.
+/// backward (c1, c2) = the row means the gradient formula needs. q0, q1: the op's scalars
+/// (NormLaunch::op_args), set before the first pass.
 template <class M>
 struct St {
   M mean, rstd, c1, c2;
+  M q0, q1;
+};
+
+/// Where the items of a thread lie in its row: item i of the chunk at `base` is column
+/// base + (lane + (i / kV) * tpr) * kV + i % kV (see the kernel's load).
+struct RowCols {
+  int64_t base;
+  int lane, tpr;
+  template <int kV>
+  __device__ __forceinline__ int64_t col(int i) const {
+    return base + (int64_t(lane) + int64_t(i / kV) * tpr) * kV + i % kV;
+  }
 };
 
 __device__ __forceinline__ float bexp(float x) { return expf(x); }
@@ -71,6 +92,80 @@ __device__ __forceinline__ M sm_exp(M d) {
 template <class M>
 __device__ __forceinline__ M neg_inf() {
   return -cuda::std::numeric_limits<M>::infinity();
+}
+template <class M>
+__device__ __forceinline__ M pos_inf() {
+  return cuda::std::numeric_limits<M>::infinity();
+}
+template <class M>
+__device__ __forceinline__ M quiet_nan() {
+  return cuda::std::numeric_limits<M>::quiet_NaN();
+}
+/// max that propagates NaN (torch's amax), where fmax drops it.
+template <class M>
+__device__ __forceinline__ M nanmax(M a, M b) {
+  return (a > b || a != a) ? a : b;
+}
+__device__ __forceinline__ float bpow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double bpow(double x, double y) { return pow(x, y); }
+__device__ __forceinline__ float babs(float x) { return fabsf(x); }
+__device__ __forceinline__ double babs(double x) { return fabs(x); }
+/// x rounded to the storage type T and widened back (what a stored output holds).
+template <class T, class M>
+__device__ __forceinline__ M round_to(M x) {
+  return static_cast<M>(load_as_opmath(convert<T>(x)));
+}
+
+// ---- op hooks ------------------------------------------------------------------------------------
+// Optional members of an op struct, detected here so that the ops without them stay as they are.
+template <class Op>
+inline constexpr bool kMergesByPass = requires {
+  Op::kMergeByPass;
+};
+template <class Op>
+inline constexpr bool kIterates = requires {
+  Op::kIterative;
+};
+template <class Op>
+inline constexpr bool kNeedsColumns = requires {
+  Op::kColumns;
+};
+template <class Op>
+inline constexpr bool kAddsNoise = requires {
+  Op::kNoise;
+};
+template <class Op>
+inline constexpr bool kHasOut2 = requires {
+  Op::kOut2;
+};
+
+template <class Op, class M>
+__device__ __forceinline__ Acc<M> identity_of(int pass) {
+  if constexpr (kMergesByPass<Op>)
+    return Op::template identity<M>(pass);
+  else
+    return Op::template identity<M>();
+}
+template <class Op, class M>
+__device__ __forceinline__ Acc<M> merge_of(int pass, const Acc<M>& x, const Acc<M>& y) {
+  if constexpr (kMergesByPass<Op>)
+    return Op::merge(pass, x, y);
+  else
+    return Op::merge(x, y);
+}
+/// The pass after `pass` (kPasses ends the loop). Sub-warp groups share their warp's full-mask
+/// shuffles (group_reduce), so a warp runs a pass while any of its groups needs it; an
+/// iterative op's extra pass on a finished row changes nothing (next_pass's contract). Groups
+/// of a warp or more run alike by construction: every thread of a group holds the same bits.
+template <class Op, class M>
+__device__ __forceinline__ int next_pass_of(int pass, const St<M>& st, int tpr) {
+  if constexpr (kIterates<Op>) {
+    int next = Op::next_pass(pass, st);
+    if (tpr < 32) next = __reduce_min_sync(0xffffffffu, next);
+    return next;
+  } else {
+    return pass + 1;
+  }
 }
 
 // ---- the ops -------------------------------------------------------------------------------------
@@ -435,6 +530,371 @@ struct NormalizeBw {
   __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
 };
 
+/// F.normalize for p != 2 (forward): y = x / max(||x||_p, eps) with p = st.q0: p = inf the
+/// NaN-propagating max of |x| (torch's amax), p = 1 the sum of |x|, p = 0 the count of
+/// non-zeros (torch's vector_norm), else (sum |x|^p)^(1/p), unscaled like torch's (so it
+/// overflows where torch's does). Acc: a sums, b the max (p = inf), so one merge serves every p.
+struct NormalizePFw {
+  static constexpr NormOp kOp = NormOp::normalize;
+  static constexpr Direction kDir = Direction::Forward;
+  static constexpr int kIn = 1, kPasses = 1;
+  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
+                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
+  static constexpr bool kMaskable = false;
+  template <class M>
+  __device__ static Acc<M> identity() {
+    return {M(0), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
+    return {x.a + y.a, nanmax(x.b, y.b)};
+  }
+  /// sum over the valid items of |x|^p (p = 1, 0 without pow) and their max |x| (p = inf).
+  template <class M, int K, int V>
+  __device__ static Acc<M> norm_terms(const M (&x)[K], const bool (&ok)[K / V], M p) {
+    M s = 0, m = 0;
+    if (p == pos_inf<M>()) {
+#pragma unroll
+      for (int i = 0; i < K; ++i)
+        if (ok[i / V]) m = nanmax(m, babs(x[i]));
+    } else if (p == M(1)) {
+#pragma unroll
+      for (int i = 0; i < K; ++i)
+        if (ok[i / V]) s += babs(x[i]);
+    } else if (p == M(0)) {
+#pragma unroll
+      for (int i = 0; i < K; ++i)
+        if (ok[i / V]) s += x[i] != M(0) ? M(1) : M(0);  // NaN counts (NaN != 0), as in torch
+    } else {
+#pragma unroll
+      for (int i = 0; i < K; ++i)
+        if (ok[i / V]) s += bpow(babs(x[i]), p);
+    }
+    return {s, m};
+  }
+  template <class M>
+  __device__ static M norm_of(const Acc<M>& acc, M p) {
+    if (p == pos_inf<M>()) return acc.b;
+    if (p == M(1) || p == M(0)) return acc.a;
+    return bpow(acc.a, M(1) / p);
+  }
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>& st) {
+    return norm_terms<M, K, V>(v[0], ok, st.q0);
+  }
+  template <class M>
+  __device__ static void finish(int, const Acc<M>& acc, St<M>& st, M, M eps) {
+    const M norm = norm_of(acc, st.q0);
+    st.rstd = norm != norm ? norm : M(1) / (norm > eps ? norm : eps);  // torch: x / clamp_min(norm, eps)
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
+    return x[0] * st.rstd;
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
+};
+
+/// F.normalize backward for p != 2 (inputs dy, x), torch's graph: y = x / d, d = clamp_min(N, eps),
+/// N = ||x||_p. dx = dy / d - [N >= eps] * S / d^2 * dN/dx with S = sum(dy * x) and (torch's
+/// norm_backward) dN/dx_i = sgn(x_i) (|x_i| / N)^(p-1) (0 where x_i = 0 or N = 0); p = 1:
+/// sgn(x_i); p = 0: 0; p = inf: sgn(x_i) / T on the T entries where |x_i| = N (or x_i is NaN),
+/// the gradient split evenly over ties as torch's amax backward does. The ratio form keeps
+/// large p from overflowing |x|^(p-1) where torch's x |x|^(p-2) / N^(p-1) would not.
+/// Two passes, Acc = (sums, max): p != inf: (sum |x|^p, -) then (S, -); p = inf: (S, max |x|)
+/// then (T, -).
+struct NormalizePBw {
+  static constexpr NormOp kOp = NormOp::normalize;
+  static constexpr Direction kDir = Direction::Backward;
+  static constexpr int kIn = 2, kPasses = 2;
+  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
+                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
+  static constexpr bool kMaskable = false;
+  template <class M>
+  __device__ static Acc<M> identity() {
+    return {M(0), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
+    return {x.a + y.a, nanmax(x.b, y.b)};
+  }
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int pass, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
+                                       const St<M>& st) {
+    const M p = st.q0;
+    const bool inf = p == pos_inf<M>();
+    if (pass == 0 && !inf) return NormalizePFw::norm_terms<M, K, V>(v[1], ok, p);
+    M s = 0, m = 0;
+    if (pass == 0) {  // p = inf: S and the max |x|
+#pragma unroll
+      for (int i = 0; i < K; ++i)
+        if (ok[i / V]) {
+          s += v[0][i] * v[1][i];
+          m = nanmax(m, babs(v[1][i]));
+        }
+    } else if (inf) {  // the ties of the max (NaN entries count, as in torch's mask)
+#pragma unroll
+      for (int i = 0; i < K; ++i)
+        if (ok[i / V]) s += (babs(v[1][i]) == st.mean || v[1][i] != v[1][i]) ? M(1) : M(0);
+    } else {
+#pragma unroll
+      for (int i = 0; i < K; ++i)
+        if (ok[i / V]) s += v[0][i] * v[1][i];
+    }
+    return {s, m};
+  }
+  /// mean = N, rstd = 1 / d, c1 = [N >= eps] S / d^2 (0 when N = 0), c2 = 1 / N (p != inf) or
+  /// 1 / T (p = inf).
+  template <class M>
+  __device__ static void finish(int pass, const Acc<M>& acc, St<M>& st, M, M eps) {
+    const M p = st.q0;
+    const bool inf = p == pos_inf<M>();
+    if (pass == 0) {
+      const M norm = NormalizePFw::norm_of(acc, p);
+      st.mean = norm;
+      st.rstd = norm != norm ? norm : M(1) / (norm > eps ? norm : eps);
+      st.c2 = norm > M(0) ? M(1) / norm : M(0);
+      if (inf) st.c1 = acc.a;  // S, until the ties are counted
+      return;
+    }
+    const M S = inf ? st.c1 : acc.a;
+    if (inf) st.c2 = M(1) / acc.a;
+    // clamp_min's gradient reaches the norm where norm >= eps (torch's where(self >= min)).
+    st.c1 = (st.mean >= eps && st.mean > M(0) && p != M(0)) ? S * st.rstd * st.rstd : M(0);
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
+    const M p = st.q0, xi = x[1];
+    const M g = x[0] * st.rstd;
+    if (st.c1 == M(0) || xi == M(0)) return g;
+    const M sgn = xi > M(0) ? M(1) : (xi < M(0) ? M(-1) : xi);  // NaN stays NaN
+    M dn;
+    if (p == pos_inf<M>())
+      dn = (babs(xi) == st.mean || xi != xi) ? sgn * st.c2 : M(0);
+    else if (p == M(1))
+      dn = sgn;
+    else
+      dn = sgn * bpow(babs(xi) * st.c2, p - M(1));
+    return g - st.c1 * dn;
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
+};
+
+/// sparsemax forward: y = max(x - tau, 0), sum(y) = 1. tau by Michelot's algorithm, which is
+/// Newton's method on the convex, piecewise-linear f(t) = sum max(x - t, 0) - 1 from below:
+/// t <- (sum_{x > t} x - 1) / |{x > t}|. It starts at t = max - 1 (f >= 0 there, and the
+/// support {x > max - 1} is small: 1-5 iterations on Gaussian rows of 7..2^20 elements against
+/// 4-19 from the whole row) and stops when the support stops changing; then
+/// tau = (sum_S x - 1) / |S| exactly (no sort, no bisection tolerance). The iterates only grow
+/// (rounding is clamped by the max with the previous one), so the support only shrinks and the
+/// loop ends after at most |{x > max - 1}| + 1 passes; adversarial rows get near that bound.
+/// Passes: 0 the max (NaN-propagating), then one per iteration (sum and count of x > t).
+/// St: mean = t (tau at the end), c1 = the previous support size, c2 = 1 once converged.
+/// A row with NaN or +inf gives NaN; a row of -inf gives NaN (as softmax's); rows whose max - 1
+/// rounds to the max (|x| >= 2^24 in f32) keep tau = max (zeros).
+struct SparsemaxFw {
+  static constexpr NormOp kOp = NormOp::sparsemax;
+  static constexpr Direction kDir = Direction::Forward;
+  static constexpr int kIn = 1, kPasses = 2;
+  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
+                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
+  static constexpr bool kMaskable = false;
+  static constexpr bool kMergeByPass = true, kIterative = true;
+  template <class M>
+  __device__ static Acc<M> identity(int pass) {
+    return {pass == 0 ? neg_inf<M>() : M(0), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(int pass, const Acc<M>& x, const Acc<M>& y) {
+    if (pass == 0) return {nanmax(x.a, y.a), M(0)};
+    return {x.a + y.a, x.b + y.b};
+  }
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int pass, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
+                                       const St<M>& st) {
+    if (pass == 0) {
+      M m = neg_inf<M>();
+#pragma unroll
+      for (int i = 0; i < K; ++i)
+        if (ok[i / V]) m = nanmax(m, v[0][i]);
+      return {m, M(0)};
+    }
+    M s = 0, c = 0;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (ok[i / V] && v[0][i] > st.mean) {
+        s += v[0][i];
+        c += M(1);
+      }
+    return {s, c};
+  }
+  template <class M>
+  __device__ static void finish(int pass, const Acc<M>& acc, St<M>& st, M, M) {
+    if (pass == 0) {
+      if (!(acc.a < pos_inf<M>()) && acc.a != neg_inf<M>()) {  // NaN or +inf in the row
+        st.mean = quiet_nan<M>();
+        st.c2 = M(1);
+        return;
+      }
+      st.mean = acc.a - M(1);
+      st.c1 = M(-1);
+      st.c2 = M(0);
+      return;
+    }
+    if (st.c2 != M(0)) return;  // converged: another group of the warp still iterates
+    const M s = acc.a, c = acc.b;
+    const M t = (s - M(1)) / c;
+    if (c == st.c1) {  // the support did not change: tau = (sum_S x - 1) / |S|
+      if (c > M(0)) st.mean = t;
+      st.c2 = M(1);
+      return;
+    }
+    st.c1 = c;
+    st.mean = c > M(0) ? bmax(st.mean, t) : st.mean;
+  }
+  template <class M>
+  __device__ static int next_pass(int pass, const St<M>& st) {
+    return st.c2 != M(0) ? kPasses : 1;
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
+    const M d = x[0] - st.mean;
+    return d > M(0) ? d : (d != d ? d : M(0));  // NaN (a NaN row, or -inf - -inf) stays
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
+};
+
+/// sparsemax backward (inputs dy, y): on the support S = {y > 0}, dx = dy - mean_S(dy); 0 off it.
+struct SparsemaxBw {
+  static constexpr NormOp kOp = NormOp::sparsemax;
+  static constexpr Direction kDir = Direction::Backward;
+  static constexpr int kIn = 2, kPasses = 1;
+  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
+                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
+  static constexpr bool kMaskable = false;
+  template <class M>
+  __device__ static Acc<M> identity() {
+    return {M(0), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
+    return {x.a + y.a, x.b + y.b};
+  }
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>&) {
+    M s = 0, c = 0;
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (ok[i / V] && v[1][i] > M(0)) {
+        s += v[0][i];
+        c += M(1);
+      }
+    return {s, c};
+  }
+  template <class M>
+  __device__ static void finish(int, const Acc<M>& acc, St<M>& st, M, M) {
+    st.c1 = acc.a / acc.b;
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
+    const M y = x[1];
+    return y > M(0) ? x[0] - st.c1 : (y != y ? y : M(0));
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
+};
+
+/// gumbel_softmax forward (torch's F.gumbel_softmax): the load turns x into z = (x + g) / tau
+/// (kNoise: g from the noise tensor, or -log(-log(u)) with u from Philox), pass 0 is softmax's
+/// online (max, sum exp), and a hard forward takes pass 1: the first column whose output,
+/// rounded to T, equals the row's largest (round(1 / sum)): torch's y_soft.max(dim) on the
+/// stored y_soft, first occurrence. Column j is held as (j / 2^24, j % 2^24), exact in f32.
+/// out: the soft sample, or the one-hot (hard; 1 exactly, where torch's y_hard - y_soft +
+/// y_soft rounds to within an ulp of 1; NaN rows stay NaN); out2: the soft sample (y_soft).
+/// St: mean = max z, rstd = 1 / sum, (c1, c2) = the argmax, q0 = tau, q1 = hard.
+template <class T>
+struct GumbelFw {
+  static constexpr bool kFast = sizeof(T) == 2;  // __expf for 16-bit outputs (see sm_exp)
+  static constexpr NormOp kOp = NormOp::gumbel_softmax;
+  static constexpr Direction kDir = Direction::Forward;
+  static constexpr int kIn = 1, kPasses = 2;
+  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
+                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
+  static constexpr bool kMaskable = false;
+  static constexpr bool kMergeByPass = true, kIterative = true, kColumns = true, kNoise = true, kOut2 = true;
+  template <class M>
+  __device__ static Acc<M> identity(int pass) {
+    return pass == 0 ? Acc<M>{neg_inf<M>(), M(0)} : Acc<M>{pos_inf<M>(), pos_inf<M>()};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(int pass, const Acc<M>& x, const Acc<M>& y) {
+    if (pass == 0) return SoftmaxFw<false, kFast>::merge(x, y);
+    return (x.a < y.a || (x.a == y.a && x.b <= y.b)) ? x : y;  // the smaller column
+  }
+  template <class M, int K, int V, class Wt>
+  __device__ static Acc<M> thread_pass(int pass, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt& w,
+                                       const St<M>& st, const RowCols& cols) {
+    if (pass == 0) return SoftmaxFw<false, kFast>::template thread_pass<M, K, V>(0, v, ok, w, st);
+    // The row max's output, by the same expression as every element's (z - max = 0 exactly).
+    const M top = round_to<T>(soft(st.mean, st));
+    Acc<M> best = identity<M>(1);
+#pragma unroll
+    for (int i = K - 1; i >= 0; --i)  // items ascend in column: the last hit is the first column
+      if (ok[i / V] && round_to<T>(soft(v[0][i], st)) == top) {
+        const int64_t j = cols.col<V>(i);
+        best = {M(j >> 24), M(j & 0xffffff)};
+      }
+    return best;
+  }
+  template <class M>
+  __device__ static void finish(int pass, const Acc<M>& acc, St<M>& st, M n, M eps) {
+    if (pass == 0) {
+      SoftmaxFw<false, kFast>::finish(0, acc, st, n, eps);
+      return;
+    }
+    st.c1 = acc.a;
+    st.c2 = acc.b;
+  }
+  template <class M>
+  __device__ static int next_pass(int pass, const St<M>& st) {
+    return pass == 0 && st.q1 != M(0) ? 1 : kPasses;
+  }
+  template <class M>
+  __device__ static M soft(M z, const St<M>& st) {
+    return sm_exp<kFast>(z - st.mean) * st.rstd;
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st, int64_t j) {
+    if (st.q1 == M(0)) return soft(x[0], st);
+    if (st.c1 == pos_inf<M>()) return quiet_nan<M>();  // no column matched: NaN in the row
+    return (M(j >> 24) == st.c1 && M(j & 0xffffff) == st.c2) ? M(1) : M(0);
+  }
+  template <class M>
+  __device__ static M out2(const M (&x)[kIn], const St<M>& st) {
+    return soft(x[0], st);
+  }
+  template <class M>
+  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
+};
+
+/// gumbel_softmax backward (inputs dy, y = the soft sample): softmax's backward over tau,
+/// dx = y * (dy - sum(dy * y)) / tau (q0 = tau, c2 = 1 / tau); hard's straight-through gradient
+/// is the same.
+struct GumbelBw : SoftmaxBw<false> {
+  static constexpr NormOp kOp = NormOp::gumbel_softmax;
+  template <class M>
+  __device__ static void finish(int pass, const Acc<M>& acc, St<M>& st, M n, M eps) {
+    SoftmaxBw<false>::finish(pass, acc, st, n, eps);
+    st.c2 = M(1) / st.q0;
+  }
+  template <class M>
+  __device__ static M out(const M (&x)[kIn], M w, M b, const St<M>& st) {
+    return SoftmaxBw<false>::out(x, w, b, st) * st.c2;
+  }
+};
+
 // ---- memory helpers --------------------------------------------------------------------------------
 /// kV consecutive elements (one 16-byte vector when kV > 1: the plan checked alignment and unit
 /// stride), or one element at a strided offset.
@@ -545,11 +1005,11 @@ __device__ __forceinline__ void row_offsets(const NormLaunch& p, int64_t row, in
 /// Reduces `v` over a group of `tpr` threads; every thread of the group gets the same bits.
 /// Groups wider than a warp are a whole CTA (the plan launches one group per CTA then).
 template <class Op, class M>
-__device__ __forceinline__ Acc<M> group_reduce(Acc<M> v, int tpr, Acc<M>* smem) {
+__device__ __forceinline__ Acc<M> group_reduce(int pass, Acc<M> v, int tpr, Acc<M>* smem) {
   const int width = tpr < 32 ? tpr : 32;
   for (int o = width / 2; o > 0; o >>= 1) {
     const Acc<M> u{__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)};
-    v = Op::merge(v, u);
+    v = merge_of<Op>(pass, v, u);
   }
   if (tpr <= 32) return v;
   const int warp = threadIdx.x / 32;
@@ -557,7 +1017,7 @@ __device__ __forceinline__ Acc<M> group_reduce(Acc<M> v, int tpr, Acc<M>* smem) 
   if ((threadIdx.x & 31) == 0) smem[warp] = v;
   __syncthreads();
   Acc<M> r = smem[0];
-  for (int k = 1; k < tpr / 32; ++k) r = Op::merge(r, smem[k]);  // fixed order
+  for (int k = 1; k < tpr / 32; ++k) r = merge_of<Op>(pass, r, smem[k]);  // fixed order
   return r;
 }
 
@@ -566,16 +1026,65 @@ __device__ __forceinline__ Acc<M> group_reduce(Acc<M> v, int tpr, Acc<M>* smem) 
 /// shift / conversion an element), so no f32 copy of the row is live as a whole.
 template <class Op, class M, int kItems, int kV, bool kPacked, class T, class R, int kSt, class Wt>
 __device__ __forceinline__ Acc<M> reduce_loaded(int pass, const R (&v)[Op::kIn][kSt], const bool (&ok)[kItems / kV],
-                                                const Wt& w, const St<M>& st) {
+                                                const Wt& w, const St<M>& st, const RowCols& cols) {
   if constexpr (kPacked) {
+    static_assert(!kNeedsColumns<Op>, "column-aware ops hold unpacked rows");
     M u[Op::kIn][kItems];
 #pragma unroll
     for (int t = 0; t < Op::kIn; ++t)
 #pragma unroll
       for (int i = 0; i < kItems; ++i) u[t][i] = widen_half<T>(v[t][i / 2], i & 1);
     return Op::template thread_pass<M, kItems, kV>(pass, u, ok, w, st);
+  } else if constexpr (kNeedsColumns<Op>) {
+    return Op::template thread_pass<M, kItems, kV>(pass, v, ok, w, st, cols);
   } else {
     return Op::template thread_pass<M, kItems, kV>(pass, v, ok, w, st);
+  }
+}
+
+/// Gumbel noise for kV consecutive columns j0.. of row `row` (norm_philox.hpp's stream layout):
+/// g = -log(E), E = -log(u) ~ Exponential(1). E takes the accurate log (u near 1 gives E near
+/// 0, where an absolute error would be a large relative one); 16-bit outputs take __logf for
+/// the second log (its ~1e-6 absolute error is far below their rounding).
+template <int kV, bool kFast, class M>
+__device__ __forceinline__ void gumbel_noise(uint64_t seed, uint64_t offset, int64_t row, int64_t j0, int64_t n,
+                                             M (&g)[kV]) {
+  constexpr int kPer = sizeof(M) == 8 ? 2 : 4;  // elements a Philox call
+  const int64_t calls = (n + kPer - 1) / kPer;
+  if constexpr (kV > 1) {
+    static_assert(kV % kPer == 0, "vectors start on a call boundary (j0 is a multiple of kV)");
+#pragma unroll
+    for (int c = 0; c < kV / kPer; ++c) {
+      const detail::Philox4 r =
+          detail::philox_block(seed, offset, uint64_t(row) * uint64_t(calls) + uint64_t(j0 / kPer + c));
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        M u;
+        if constexpr (sizeof(M) == 8)
+          u = detail::philox_uniform_f64(r.v[2 * e], r.v[2 * e + 1]);
+        else
+          u = detail::philox_uniform_f32(r.v[e]);
+        const M ex = -blog(u);
+        if constexpr (kFast && sizeof(M) == 4)
+          g[c * kPer + e] = -__logf(ex);
+        else
+          g[c * kPer + e] = -blog(ex);
+      }
+    }
+  } else {
+    const detail::Philox4 r = detail::philox_block(seed, offset, uint64_t(row) * uint64_t(calls) + uint64_t(j0 / kPer));
+    const int e = static_cast<int>(j0 % kPer);
+    // Selects, not r.v[e]: a dynamic index would put the four words in local memory.
+    M u;
+    if constexpr (sizeof(M) == 8)
+      u = e == 0 ? detail::philox_uniform_f64(r.v[0], r.v[1]) : detail::philox_uniform_f64(r.v[2], r.v[3]);
+    else
+      u = detail::philox_uniform_f32(e < 2 ? (e == 0 ? r.v[0] : r.v[1]) : (e == 2 ? r.v[2] : r.v[3]));
+    const M ex = -blog(u);
+    if constexpr (kFast && sizeof(M) == 4)
+      g[0] = -__logf(ex);
+    else
+      g[0] = -blog(ex);
   }
 }
 
@@ -600,7 +1109,12 @@ template <class T, class Op, int kItems, int kV>
 constexpr int norm_min_ctas() {
   if (sizeof(T) != 2 || kV == 1 || kItems <= kV) return 0;
   if (Op::kDir != Direction::Forward) return Op::kParamGrad ? 2 : 0;  // see kPacked / param_sums
-  if (Op::kOp == NormOp::layer_norm && cuda::std::is_same_v<T, __half>) return 0;
+  if ((Op::kOp == NormOp::layer_norm || Op::kOp == NormOp::sparsemax) && cuda::std::is_same_v<T, __half>)
+    return 0;  // f16 sparsemax at 64: ~190 bytes of spills (bf16: none)
+  // gumbel_softmax holds an f32 row plus the Philox rounds of its noise: 124 registers at 16
+  // items without spills; capped at 64 it spilled ~100 bytes a thread (its big item count is
+  // 16, norm_big_items, for the same reason).
+  if (kAddsNoise<Op>) return 0;
   return 2;
 }
 /// The layer/rms_norm backward (the ops with parameter gradients) keeps per-thread arrays in
@@ -704,10 +1218,10 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
   // to f32 at each use, halving the registers the row takes (32 items: 16 instead of 32). Those
   // registers bound the rows resident per SM and so the bytes in flight (norm_min_ctas). Lossless:
   // every held value is a T (loaded, or x + residual already rounded to T); only the softmax
-  // forward, whose additive mask is added in f32, keeps f32 rows.
-  // Not for the softmax/normalize backward (it cost them a few registers, 4 -> 3 CTAs); the
-  // layer/rms_norm backward needs it to fit 64 registers (norm_min_ctas).
-  constexpr bool kPacked = sizeof(T) == 2 && sizeof(M) == 4 && kV == 8 && !Op::kMaskable &&
+  // forward, whose additive mask is added in f32, and gumbel_softmax's, whose noise is, keep f32
+  // rows. Not for the softmax/normalize backward (it cost them a few registers, 4 -> 3 CTAs);
+  // the layer/rms_norm backward needs it to fit 64 registers (norm_min_ctas).
+  constexpr bool kPacked = sizeof(T) == 2 && sizeof(M) == 4 && kV == 8 && !Op::kMaskable && !kAddsNoise<Op> &&
                            (Op::kDir == Direction::Forward || Op::kParamGrad);
   constexpr int kSt = kPacked ? kItems / 2 : kItems;  // storage slots a thread and input
   using R = cuda::std::conditional_t<kPacked, uint32_t, M>;
@@ -732,7 +1246,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
     const bool active = row < p.rows;
     int64_t base[kNumSlots];
     row_offsets(p, active ? row : 0, base);
-    St<M> st{M(0), M(0), M(0), M(0)};
+    St<M> st{M(0), M(0), M(0), M(0), static_cast<M>(p.op_args[0]), static_cast<M>(p.op_args[1])};
     if (active) {
       if (Op::kLoadMean) st.mean = static_cast<const M*>(p.mean_in)[row];
       if (Op::kLoadRstd) st.rstd = static_cast<const M*>(p.rstd_in)[row];
@@ -799,6 +1313,23 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
               }
             }
           }
+          if constexpr (kAddsNoise<Op>) {  // gumbel_softmax: z = (x + g) / tau, in f32 (f64)
+            M gn[kV];
+            if (in1)
+              load_elems<kV>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), gn);
+            else
+              gumbel_noise<kV, Op::kFast>(p.seed, p.offset, row, j0, n, gn);
+            // 16-bit outputs multiply by 1 / tau (its rounding is far below theirs); f32/f64
+            // divide as torch does (fl(1 / tau) alone would scale every z - max by up to an ulp),
+            // by one fma correction of the product: the division's slow path is a call, which
+            // spilled f64 rows.
+            const M inv_tau = M(1) / st.q0;
+#pragma unroll
+            for (int e = 0; e < kV; ++e) {
+              const M a = dst0[e] + gn[e], q = a * inv_tau;
+              dst0[e] = Op::kFast ? q : fma(fma(-q, st.q0, a), inv_tau, q);
+            }
+          }
          }
           if (has_w && kWInReduce && !w_kept) {
             M wl[kV];
@@ -821,6 +1352,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
         if (!ok[c]) continue;
         const int64_t j0 = cb + (int64_t(lane) + int64_t(c) * tpr) * kV;
         M o[kV];
+        [[maybe_unused]] M o2[kHasOut2<Op> ? kV : 1];  // the second output (kOut2)
         // Forward: the parameters are read here, not held through the reduction passes, which
         // keeps registers (and so occupancy) for the row itself; they are L1/L2-resident.
         M wv[kV], bv[kV];
@@ -847,7 +1379,11 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
               else
                 x[t] = v[t][i];
             }
-            o[e] = Op::out(x, kWInReduce ? M(w[i]) : wv[e], bv[e], st);
+            if constexpr (kNeedsColumns<Op>)
+              o[e] = Op::out(x, kWInReduce ? M(w[i]) : wv[e], bv[e], st, j0 + e);
+            else
+              o[e] = Op::out(x, kWInReduce ? M(w[i]) : wv[e], bv[e], st);
+            if constexpr (kHasOut2<Op>) o2[e] = Op::out2(x, st);
             pw[q] = pb[q] = M(0);
             if (pgrad) Op::param_grad(x, st, pw[q], pb[q]);
           }
@@ -859,6 +1395,8 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
           }
         }
         store_elems<kV>(out0, base[detail::kOut0] + cs(detail::kOut0, j0), o);
+        if constexpr (kHasOut2<Op>)
+          if (out1) store_elems<kV>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), o2);
       }
     };
 
@@ -867,17 +1405,18 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
       w_kept = kSmemRows<Op>;
     }
 #pragma unroll 1
-    for (int pass = 0; pass < Op::kPasses; ++pass) {
-      Acc<M> acc = Op::template identity<M>();
+    for (int pass = 0; pass < Op::kPasses; pass = next_pass_of<Op>(pass, st, tpr)) {
+      Acc<M> acc = identity_of<Op, M>(pass);
       if (cached) {
-        acc = reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st);
+        acc = reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st, RowCols{0, lane, tpr});
       } else {
         for (int64_t cb = 0; cb < n; cb += chunk) {
           load(cb, pass == 0);
-          acc = Op::merge(acc, reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st));
+          acc = merge_of<Op>(pass, acc,
+                             reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st, RowCols{cb, lane, tpr}));
         }
       }
-      acc = group_reduce<Op>(acc, tpr, red);
+      acc = group_reduce<Op>(pass, acc, tpr, red);
       Op::finish(pass, acc, st, static_cast<M>(n), eps);
     }
     if (active && lane == 0) {
@@ -999,8 +1538,11 @@ cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
   if (ctas > (int64_t{1} << 30)) ctas = int64_t{1} << 30;      // the row loop covers the rest
   const dim3 grid(static_cast<unsigned>(ctas));
   // The scalar (strided) variant computes one 64-bit offset per element: at 32 items it spills,
-  // so it holds at most 16 (rows that no longer fit stream; the kernel decides per launch).
-  constexpr int kBigScalar = kBig < 16 ? kBig : 16;
+  // so it holds at most 16 (rows that no longer fit stream; the kernel decides per launch);
+  // gumbel_softmax's, with a Philox call and two logs an element, 8 (16 spilled ~290 bytes a
+  // thread), f64 4 (8 spilled ~300: the f64 log's slow path is a call).
+  constexpr int kScalarCap = kAddsNoise<Op> ? (sizeof(T) == 8 ? 4 : 8) : 16;
+  constexpr int kBigScalar = kBig < kScalarCap ? kBig : kScalarCap;
   auto go = [&](auto kernel, size_t smem) {
     // Dynamic plus static shared memory above 48 KB needs the kernel's opt-in (a host-side
     // attribute, allowed during stream capture); the static part is < 1 KB.
@@ -1065,8 +1607,15 @@ cudaError_t norm_launch(const NormLaunch& p, cudaStream_t stream) {
         return k::launch_rows<T, k::LayerNormFw>(p, stream);
       case NormOp::rms_norm:
         return k::launch_rows<T, k::RmsNormFw>(p, stream);
-      case NormOp::normalize:
-        return k::launch_rows<T, k::NormalizeFw>(p, stream);
+      case NormOp::normalize:  // p = 2 keeps its own kernel; every other p shares one
+        return p.op_args[0] == 2.0 ? k::launch_rows<T, k::NormalizeFw>(p, stream)
+                                   : k::launch_rows<T, k::NormalizePFw>(p, stream);
+      case NormOp::sparsemax:
+        return k::launch_rows<T, k::SparsemaxFw>(p, stream);
+      case NormOp::gumbel_softmax:
+        return k::launch_rows<T, k::GumbelFw<T>>(p, stream);
+      default:
+        break;  // the channel ops launch through channel_launch.hpp
     }
   } else {
     switch (p.op) {
@@ -1079,7 +1628,14 @@ cudaError_t norm_launch(const NormLaunch& p, cudaStream_t stream) {
       case NormOp::rms_norm:
         return k::launch_rows<T, k::RmsNormBw>(p, stream);
       case NormOp::normalize:
-        return k::launch_rows<T, k::NormalizeBw>(p, stream);
+        return p.op_args[0] == 2.0 ? k::launch_rows<T, k::NormalizeBw>(p, stream)
+                                   : k::launch_rows<T, k::NormalizePBw>(p, stream);
+      case NormOp::sparsemax:
+        return k::launch_rows<T, k::SparsemaxBw>(p, stream);
+      case NormOp::gumbel_softmax:
+        return k::launch_rows<T, k::GumbelBw>(p, stream);
+      default:
+        break;  // the channel ops launch through channel_launch.hpp
     }
   }
   return cudaErrorInvalidValue;

@@ -10,9 +10,10 @@
 
 namespace baracuda::detail {
 
-/// Tensor slots of a row kernel. Forward: in0 = x, in1 = residual, out0 = y, out1 = x + residual,
-/// mask = softmax's mask (broadcast strides). Backward: in0 = dy, in1 = y (softmax) or x (norms),
-/// out0 = dx.
+/// Tensor slots of a row kernel. Forward: in0 = x, in1 = residual (gumbel_softmax: the noise),
+/// out0 = y, out1 = x + residual (gumbel_softmax: the soft sample of a hard forward), mask =
+/// softmax's mask (broadcast strides). Backward: in0 = dy, in1 = y (softmax, sparsemax,
+/// gumbel_softmax) or x (norms, normalize), out0 = dx.
 enum NormSlot : int { kIn0 = 0, kIn1 = 1, kOut0 = 2, kOut1 = 3, kMask = 4, kNumSlots = 5 };
 inline constexpr int kNormMaxRowDims = kMaxRank - 1;
 
@@ -20,12 +21,13 @@ inline constexpr int kNormMaxRowDims = kMaxRank - 1;
 /// sub-warp groups); "big" is what the register budget allows at 512 threads per CTA
 /// (__launch_bounds__(512) gives 128 registers a thread): 32 for the forward (the row only:
 /// parameters are read at the output), 16 for the backward (two streams plus the weight and the
-/// parameter-gradient sums), 8 for f64 (two registers an element).
+/// parameter-gradient sums), 8 for f64 (two registers an element); gumbel_softmax's forward 16
+/// (an f32 row and the Philox rounds of its noise: see norm_min_ctas).
 constexpr int norm_vec(int elem_bytes) { return 16 / elem_bytes; }
 constexpr int norm_small_items(int elem_bytes) { return norm_vec(elem_bytes); }
-constexpr int norm_big_items(NormOp, Direction dir, int elem_bytes) {
+constexpr int norm_big_items(NormOp op, Direction dir, int elem_bytes) {
   if (elem_bytes == 8) return 8;
-  return dir == Direction::Forward ? 32 : 16;
+  return dir == Direction::Forward && op != NormOp::gumbel_softmax ? 32 : 16;
 }
 /// Most threads per row (one CTA per row) and most partial-sum slots for parameter gradients.
 inline constexpr int kNormMaxTpr = 512;
@@ -56,6 +58,10 @@ struct NormLaunch {
   void* partial = nullptr;  ///< workspace: [2][slots][n] stats-dtype partial sums
   int slots = 0;
   double eps = 0;
+  /// The op's scalars (kernels see them as St::q0, q1): normalize's p; gumbel_softmax's tau and
+  /// hard (0 or 1).
+  double op_args[2] = {0, 0};
+  uint64_t seed = 0, offset = 0;  ///< gumbel_softmax without a noise tensor: the Philox stream
   // Launch shape (NormPlan::Config).
   int tpr = 32;
   int block = 128;

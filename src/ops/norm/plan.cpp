@@ -2,6 +2,7 @@
 // softmax/normalization family (kernels: norm_kernel.cuh; channel ops: channel_kernel.cuh).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -32,11 +33,18 @@ using detail::unsupported;
 std::string op_label(const NormDesc& d) {
   return std::string(info(d.op).name) + (d.direction == Direction::Backward ? "_backward" : "");
 }
-/// One reduced axis, no parameters (softmax, log_softmax, normalize).
+/// One reduced axis, no tensor parameters (softmax, log_softmax, normalize, sparsemax,
+/// gumbel_softmax).
 bool is_softmax(NormOp op) { return info(op).kind == NormKind::axis; }
 /// [N, C, *spatial] inputs with per-channel parameters (batch/instance/group norm, lrn).
 bool is_channel(NormOp op) { return info(op).kind == NormKind::channel; }
 std::string dname(DType t) { return std::string(name(t)); }
+/// A scalar for messages and notes: "2", "0.5", "inf", "nan".
+std::string num_str(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
 }  // namespace
 
 std::span<const NormOpInfo> norm_ops() { return kOps; }
@@ -75,10 +83,23 @@ NormDesc NormDesc::layer_norm(DType dt, const Shape& shape, int norm_ndim, bool 
   d.eps = eps;
   return d;
 }
-NormDesc NormDesc::normalize(DType dt, const Shape& shape, int axis, double eps, Direction dir) {
+NormDesc NormDesc::normalize(DType dt, const Shape& shape, int axis, double eps, Direction dir, double p) {
   NormDesc d = softmax(dt, shape, axis, false, dir);
   d.op = NormOp::normalize;
   d.eps = eps;
+  d.p = p;
+  return d;
+}
+NormDesc NormDesc::sparsemax(DType dt, const Shape& shape, int axis, Direction dir) {
+  NormDesc d = softmax(dt, shape, axis, false, dir);
+  d.op = NormOp::sparsemax;
+  return d;
+}
+NormDesc NormDesc::gumbel_softmax(DType dt, const Shape& shape, int axis, double tau, bool hard, Direction dir) {
+  NormDesc d = softmax(dt, shape, axis, false, dir);
+  d.op = NormOp::gumbel_softmax;
+  d.tau = tau;
+  d.hard = hard;
   return d;
 }
 NormDesc NormDesc::rms_norm(DType dt, const Shape& shape, int norm_ndim, bool weight, double eps, Direction dir) {
@@ -189,6 +210,23 @@ Result<void> check_channel_desc(const NormDesc& d, const std::string& label) {
   return {};
 }
 
+/// normalize's p, gumbel_softmax's tau and hard; every other op keeps their defaults.
+Result<void> check_op_scalars(const NormDesc& d, const std::string& label) {
+  if (d.op == NormOp::normalize) {
+    if (std::isnan(d.p) || d.p < 0) return invalid(label + ": p expected >= 0 (finite, or inf), got " + num_str(d.p));
+  } else if (d.p != 2.0) {
+    return invalid(label + ": p is normalize's (expected 2 for " + info(d.op).name + "), got " + num_str(d.p));
+  }
+  if (d.op == NormOp::gumbel_softmax) {
+    if (!std::isfinite(d.tau) || d.tau <= 0)
+      return invalid(label + ": tau expected finite and > 0, got " + num_str(d.tau));
+  } else if (d.tau != 1.0 || d.hard) {
+    return invalid(label + ": tau and hard are gumbel_softmax's (expected 1 and false for " + info(d.op).name +
+                   "), got " + num_str(d.tau) + " and " + (d.hard ? "true" : "false"));
+  }
+  return {};
+}
+
 Result<void> check_desc(const NormDesc& d) {
   const auto& in = info(d.op);
   const std::string label = op_label(d);
@@ -196,6 +234,7 @@ Result<void> check_desc(const NormDesc& d) {
     return invalid(label + ": input rank expected 0..8, got " + std::to_string(d.shape.rank));
   for (int i = 0; i < d.shape.rank; ++i)
     if (d.shape.dims[i] < 0) return invalid(label + ": negative size in input shape " + d.shape.str());
+  BARACUDA_TRY(check_op_scalars(d, label));
   if (in.kind == NormKind::channel) return check_channel_desc(d, label);
   if (d.num_groups != 1 || !d.training || d.running_stats)
     return invalid(label + ": num_groups/training/running_stats belong to the channel ops (expected 1/true/false for " +
@@ -296,6 +335,8 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
   p.desc_ = desc;
   if (!(desc.weight || desc.bias || desc.running_stats))
     p.desc_.param_dtype = desc.dtype;  // unused: keep descriptors comparable
+  // gumbel_softmax's backward is the soft sample's whether the forward was hard or not.
+  if (desc.direction == Direction::Backward) p.desc_.hard = false;
   p.allow_vectorized_ = pref.vectorized != Tristate::Forbid;
   if (is_channel(desc.op)) {
     p.select_channel(target);
@@ -364,7 +405,30 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
       p.sku_.precision.note = bw ? "dweight: two-stage fixed-order reduction" : "mean of squares";
       break;
     case NormOp::normalize:
-      p.sku_.precision.note = "p=2: x / max(sqrt(sum x^2), eps)";
+      if (desc.p == 2.0) {
+        p.sku_.precision.note = "p=2: x / max(sqrt(sum x^2), eps)";
+      } else {
+        p.sku_.precision.note = "p=" + num_str(desc.p) + ": x / max(" +
+                                (std::isinf(desc.p) ? std::string("max |x|")
+                                 : desc.p == 1.0    ? std::string("sum |x|")
+                                 : desc.p == 0.0    ? std::string("count(x != 0)")
+                                                    : "(sum |x|^p)^(1/p)") +
+                                ", eps)" + (bw && std::isinf(desc.p) ? "; gradient split evenly over tied maxima" : "");
+      }
+      break;
+    case NormOp::sparsemax:
+      p.sku_.precision.note = bw ? "dy - mean over the support {y > 0}"
+                                 : "threshold by Michelot's iteration from max - 1 (no sort), "
+                                   "tau = (sum_S x - 1) / |S| on the final support";
+      break;
+    case NormOp::gumbel_softmax:
+      p.sku_.precision.note =
+          bw ? "softmax backward of the soft sample / tau"
+             : std::string(
+                   "noise -log(-log(u)), u from Philox4x32-10 (seed, offset) or the "
+                   "noise tensor; softmax of (x + g) / tau, exp via ") +
+                   (es == 2 ? "__expf (16-bit output)" : (es == 8 ? "exp" : "expf")) +
+                   (desc.hard ? "; hard: one-hot of the first argmax of the stored soft sample" : "");
       break;
     case NormOp::batch_norm:
     case NormOp::instance_norm:
@@ -434,6 +498,10 @@ std::array<const Layout*, detail::kNumSlots> slot_layouts(const NormDesc& d, con
     if (d.residual) {
       put(detail::kIn1, a.residual.data, a.residual.layout);
       put(detail::kOut1, a.residual_out.data, a.residual_out.layout);
+    }
+    if (d.op == NormOp::gumbel_softmax) {  // optional: absent ones stay null (Philox noise; no y_soft)
+      if (a.noise.data) put(detail::kIn1, a.noise.data, a.noise.layout);
+      if (a.y_soft.data) put(detail::kOut1, a.y_soft.data, a.y_soft.layout);
     }
   } else {
     put(detail::kIn0, a.dy.data, a.dy.layout);
@@ -853,6 +921,10 @@ Result<void> NormPlan::can_implement(const NormArgs& a) const {
   BARACUDA_TRY(must_not(given(a.mean) && !(bw && desc_.op == NormOp::layer_norm), "mean",
                         "only layer_norm's backward reads a mean"));
   BARACUDA_TRY(must_not(given(a.rstd) && !(bw && !softmax), "rstd", "only the norms' backward read rstd"));
+  const bool gumbel_fw = desc_.op == NormOp::gumbel_softmax && !bw;
+  BARACUDA_TRY(must_not(given(a.noise) && !gumbel_fw, "noise", "only gumbel_softmax's forward reads noise"));
+  BARACUDA_TRY(must_not(given(a.y_soft) && !(gumbel_fw && desc_.hard), "y_soft",
+                        "only a hard gumbel_softmax forward writes it (the soft forward's out is the soft sample)"));
 
   // What this call uses, with its expected dtype and shape kind.
   enum class Kind { Main, Param, Stat, Mask };
@@ -880,14 +952,16 @@ Result<void> NormPlan::can_implement(const NormArgs& a) const {
     }
     if (desc_.weight) ref("weight", a.weight, pd, Kind::Param, true, false);
     if (desc_.bias) ref("bias", a.bias, pd, Kind::Param, true, false);
+    if (gumbel_fw) ref("noise", a.noise, desc_.dtype, Kind::Main, false, true);
     mut("out", a.out, desc_.dtype, Kind::Main, true, true);
+    if (gumbel_fw && desc_.hard) mut("y_soft", a.y_soft, desc_.dtype, Kind::Main, false, true);
     if (desc_.op == NormOp::layer_norm) mut("save_mean", a.save_mean, stats, Kind::Stat, false, false);
     if (!softmax) mut("save_rstd", a.save_rstd, stats, Kind::Stat, false, false);
   } else {
     ref("dy", a.dy, desc_.dtype, Kind::Main, true, true);
     if (softmax && info(desc_.op).bw_reads_output()) {
       ref("y", a.y, desc_.dtype, Kind::Main, true, true);
-      BARACUDA_TRY(must_not(given(a.x), "x", "softmax's backward reads y, not x"));
+      BARACUDA_TRY(must_not(given(a.x), "x", "this backward reads y, not x"));
     } else if (softmax) {  // normalize
       ref("x", a.x, desc_.dtype, Kind::Main, true, true);
     } else {
@@ -1113,6 +1187,13 @@ Result<void> NormPlan::run(cudaStream_t stream, Workspace ws, const NormArgs& a)
   p.partial = want_pgrad ? ws.ptr : nullptr;
   p.slots = want_pgrad ? cfg_.slots : 0;
   p.eps = desc_.eps;
+  if (desc_.op == NormOp::normalize) p.op_args[0] = desc_.p;
+  if (desc_.op == NormOp::gumbel_softmax) {
+    p.op_args[0] = desc_.tau;
+    p.op_args[1] = desc_.hard ? 1.0 : 0.0;
+    p.seed = a.rng.seed;
+    p.offset = a.rng.offset;
+  }
   p.tpr = cfg_.tpr;
   p.block = cfg_.block;
   p.big = cfg_.big;
@@ -1149,6 +1230,9 @@ std::string desc_key(const NormDesc& d) {
   const bool flags[] = {d.weight, d.bias, d.residual};
   put(flags);
   put(d.eps);
+  put(d.p);
+  put(d.tau);
+  put(d.hard);
   put(d.mask);
   put(d.mask_shape.rank);
   k.append(reinterpret_cast<const char*>(d.mask_shape.dims.data()),
