@@ -648,10 +648,18 @@ else:  # pragma: no cover
     RowsLossFunction = None
 
 
+# Which table inputs broadcast to [..., D] (loss_ops.def order; plan.cpp's rows_inputs): the others are
+# a per-row target (cosine_embedding's +-1, multi_margin's class), multilabel_margin's labels (the
+# input's shape) or multi_margin's [C] weight, none of which takes part in the broadcast.
+_ROWS_ELEM = {"cosine_embedding_loss": (True, True, False), "triplet_margin_loss": (True, True, True),
+              "multi_margin_loss": (True, False, False), "multilabel_margin_loss": (True, False),
+              "multilabel_soft_margin_loss": (True, True, True)}
+
+
 def _rows(op, reduction, params, inputs, floating):
     """inputs in table order; `floating`: which are cast to the first one's dtype (the others are
-    class indices: int32/int64). The loss has the floating inputs' broadcast shape without the last
-    dim."""
+    class indices: int32/int64). The loss has the broadcast shape of the inputs that broadcast to
+    [..., D] (_ROWS_ELEM) without the last dim."""
     require_torch()
     _check_cuda(op, *inputs)
     x = inputs[0]
@@ -665,7 +673,7 @@ def _rows(op, reduction, params, inputs, floating):
             cast.append(t if t.dtype == x.dtype else t.to(x.dtype))
         else:
             cast.append(t.detach() if t.dtype in (torch.int32, torch.int64) else t.detach().to(torch.int64))
-    shape = torch.broadcast_shapes(*[t.shape for t, fl in zip(cast, floating) if fl and t is not None])
+    shape = torch.broadcast_shapes(*[t.shape for t, el in zip(cast, _ROWS_ELEM[op]) if el and t is not None])
     loss_shape = list(shape[:-1])
     params = {k: float(v) for k, v in params.items()}
     if _grad_mode(*[t for t, fl in zip(cast, floating) if fl]):
@@ -686,8 +694,18 @@ def cosine_embedding_loss(input1, input2, target, margin=0, size_average=None, r
     if target.dim() == 0 and (input1.dim() != 1 or input2.dim() != 1):
         raise RuntimeError(f"0D target tensor expects 1D input tensors, but found inputs with sizes "
                            f"{list(input1.shape)} and {list(input2.shape)}.")
-    rows = torch.broadcast_shapes(input1.shape, input2.shape)[:-1]
-    target = target.detach().expand(rows)  # one +-1 per row (torch's where() broadcasts it)
+    if input1.shape[-1] != input2.shape[-1]:
+        # torch takes each input's squared norm over its own last dim: a broadcast last dim is not a
+        # broadcast of the cosine (the plan would sum D copies of the one element into its norm).
+        raise RuntimeError(f"cosine_embedding_loss: input1 and input2 expected the same last dim (the embedding), "
+                           f"got sizes {list(input1.shape)} and {list(input2.shape)}")
+    # One +-1 per row. torch's where() broadcasts the target against the per-row cosines: a target
+    # with more rows than the inputs repeats their rows (expanded views; autograd sums them back).
+    rows_in = torch.broadcast_shapes(input1.shape[:-1], input2.shape[:-1])
+    rows = torch.broadcast_shapes(rows_in, target.shape)
+    if rows != rows_in:
+        input1, input2 = input1.expand(*rows, input1.shape[-1]), input2.expand(*rows, input2.shape[-1])
+    target = target.detach().expand(rows)
     return _rows("cosine_embedding_loss", reduction, {"margin": margin}, [input1, input2, target], [True] * 3)
 
 

@@ -425,6 +425,10 @@ TEST(LossRows, Select) {
   // Broadcasting: the input2 of one row serves every row.
   EXPECT_TRUE(
       LossPlan::select(kTarget, rows_desc(LossOp::cosine_embedding_loss, DType::f32, {x, Shape::of({64}), rows})).ok());
+  // ... but not along the last dim: each input's norm is over its own embedding (torch).
+  EXPECT_FAILS_WITH(
+      LossPlan::select(kTarget, rows_desc(LossOp::cosine_embedding_loss, DType::f32, {x, Shape::of({8, 1}), rows})),
+      Status::InvalidProblem, "cosine_embedding_loss", "input2.shape[-1] expected 64", "got shape [8, 1]");
   EXPECT_FAILS_WITH(
       LossPlan::select(kTarget, rows_desc(LossOp::cosine_embedding_loss, DType::f32, {x, x, Shape::of({9})})),
       Status::InvalidProblem, "cosine_embedding_loss", "target shape", "[8]", "got [9]");

@@ -121,6 +121,8 @@ struct LossDesc {
   /// target [N]. Rows ops: the floating inputs broadcast (torch rules) to [..., D] (D: the last
   /// dim, reduced per row); a row-shaped target (cosine_embedding, multi_margin) has that shape
   /// without D, multilabel_margin's the full shape; multi_margin's weight is [C] (C = D).
+  /// cosine_embedding's two inputs broadcast along the row dims only (each has D last: torch takes
+  /// each input's norm over its own last dim).
   std::array<Shape, kLossMaxInputs> shapes{};
   uint8_t present = 0;  ///< bit k: input k is given (required inputs must be)
   /// Class ops: int32/int64 (indices) or `dtype` (probabilities); linear_cross_entropy,

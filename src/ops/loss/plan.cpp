@@ -382,6 +382,16 @@ Result<void> check_rows(const LossDesc& d, Shape* bcast) {
     return invalid(label + ": inputs expected rank >= 1 (the loss reduces the last dim), got 0-dim inputs");
   const int64_t D = b->dims[b->rank - 1];
   const Shape rows = without_last(*b);
+  // cosine_embedding: each input's squared norm is over its own last dim (torch), so a last dim of 1
+  // broadcast to D is not the same loss (the row would count its one element D times).
+  if (d.op == LossOp::cosine_embedding_loss)
+    for (int k = 0; k < 2; ++k) {
+      const Shape& s = d.shapes[k];
+      const int64_t last = s.rank > 0 ? s.dims[s.rank - 1] : 1;  // a 0-dim input: one element
+      if (last != D)
+        return invalid(label + ": " + in.input_name(k) + ".shape[-1] expected " + std::to_string(D) +
+                       " (both inputs' embedding size; the norms do not broadcast), got shape " + s.str());
+    }
   if (ri.row_target >= 0 && !(d.shapes[ri.row_target] == rows))
     return invalid(label + ": target shape expected " + rows.str() +
                    " (one per row: the inputs' broadcast shape without the last dim), got " +
