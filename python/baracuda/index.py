@@ -23,7 +23,7 @@ Scatter-style sums and products run with atomics unless ``deterministic=True`` i
 ``torch.use_deterministic_algorithms(True)`` is on; then a stable sort of the destinations and
 fixed-order reductions make the result bit-identical run to run (``index_sku`` says which ran).
 Means (scatter_reduce's, segment_mean) and the 8/16-bit integer reductions always take the
-sorted path; embedding's backward too.
+sorted path; embedding's backward too, and embedding_bag's in f16 / bf16.
 
 Sizes that depend on the data (nonzero, argwhere, masked_select, and the bool masks of advanced
 indexing) synchronize once, as torch does: the plan's count pass writes the count to a device
@@ -1118,12 +1118,14 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     """torch.nn.functional.embedding_bag (sum, mean, max), one fused kernel: each bag's rows are
     read once (16-byte vectors) and reduced in f32 (f64 for f64) in id order, no [L, D]
     intermediate. Bags from offsets (1-D input; torch's CUDA semantics: the first bag starts at 0,
-    the last ends at len(input)) or the rows of a 2-D input; ids equal to padding_idx are left out
-    (and out of mean's count); empty bags give zeros. max returns torch's first maximum per feature
-    and routes the gradient to it. Backward: atomics, or with deterministic=True (or
-    torch.use_deterministic_algorithms, or scale_grad_by_freq) a stable sort of the ids and one
-    ordered sum per row (bit-identical run to run); the per-sample weights get their gradient
-    too. max_norm rescales the referenced rows of weight in place first (embedding_renorm_)."""
+    the last ends at len(input)) or the rows of a 2-D input (include_last_offset is ignored there,
+    as torch does); ids equal to padding_idx are left out (and out of mean's count); empty bags
+    give zeros. max returns torch's first maximum per feature and routes the gradient to it.
+    Backward: atomics for f32 / f64; for f16 / bf16 (whose own atomics would round every add),
+    with deterministic=True, torch.use_deterministic_algorithms or scale_grad_by_freq, a stable
+    sort of the ids and one ordered f32 / f64 sum per row (bit-identical run to run); the
+    per-sample weights get their gradient too. max_norm rescales the referenced rows of weight
+    in place first (embedding_renorm_)."""
     require_torch()
     _check_cuda("embedding_bag", input, weight)
     _check_index("embedding_bag", input)
@@ -1149,14 +1151,9 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
         if offsets is not None:
             raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
                              f"fixed length sequences. However, found offsets of type {type(offsets).__name__}")
-        if include_last_offset:
-            # torch turns 2-D input into offsets arange(0, numel, n) and keeps the flag (its CUDA
-            # kernel then merges the last two rows): the 1-D path reproduces that.
-            n = ids.shape[1]
-            offsets = torch.arange(0, ids.numel(), max(n, 1), dtype=ids.dtype, device=ids.device)
-            ids = ids.reshape(-1)
-            if per_sample_weights is not None:
-                per_sample_weights = per_sample_weights.reshape(-1)
+        # torch turns 2-D input into offsets arange(0, numel, n) and sets include_last_offset =
+        # False: one bag a row whatever the flag says (the plan takes 2-D ids natively).
+        include_last_offset = False
     elif ids.dim() == 1:
         if offsets is None:
             raise ValueError("offsets has to be a 1D Tensor but got None")

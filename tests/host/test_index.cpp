@@ -1021,12 +1021,29 @@ TEST(IndexRows, PathsAndPrecision) {
   ASSERT_TRUE(mxs.ok());
   EXPECT_EQ(mxs->sku().layout, "bag-max-scatter-sorted");
   EXPECT_GE(mxs->workspace_size(), 4u * 4 * 16 * 8);
+  // f16 / bf16 take the sorted path unasked: atomics of their width would round every add
+  for (DType dt : {DType::f16, DType::bf16}) {
+    auto narrow = IndexPlan::select(kTarget, bag_desc(ScatterReduce::sum, Direction::Backward, {}, dt));
+    ASSERT_TRUE(narrow.ok()) << narrow.message();
+    EXPECT_TRUE(narrow->sorted());
+    EXPECT_TRUE(narrow->precision().deterministic);
+    EXPECT_EQ(narrow->precision().accumulator, DType::f32);
+    EXPECT_TRUE(contains_text(narrow->sku().layout, "bag-backward-sorted"));
+    EXPECT_TRUE(contains_text(narrow->precision().note, "atomics (they round every add)"));
+    auto narrow_max = IndexPlan::select(kTarget, bag_desc(ScatterReduce::amax, Direction::Backward, {}, dt));
+    ASSERT_TRUE(narrow_max.ok()) << narrow_max.message();
+    EXPECT_EQ(narrow_max->sku().layout, "bag-max-scatter-sorted");
+  }
 
   auto renorm =
       IndexPlan::select(kTarget, IndexDesc::embedding_renorm(DType::bf16, DType::s32, 1000, 8, Shape::of({3}), 1.0));
   ASSERT_TRUE(renorm.ok());
   EXPECT_EQ(renorm->workspace_size(), 256u);  // 1000 claim bits in 32 words, 256-byte aligned
   EXPECT_TRUE(renorm->precision().deterministic);
+  auto renorm_big =
+      IndexPlan::select(kTarget, IndexDesc::embedding_renorm(DType::f32, DType::s64, 8192, 8, Shape::of({3}), 1.0));
+  ASSERT_TRUE(renorm_big.ok());
+  EXPECT_EQ(renorm_big->workspace_size(), 1280u);  // 8192 claim bits in 256 words, the abort word: 1028 -> 1280
   auto tri = IndexPlan::select(kTarget, IndexDesc::triu_indices(DType::s32, 4, 8));
   ASSERT_TRUE(tri.ok());
   EXPECT_EQ(tri->sku().dtypes, "sizes->int32");

@@ -36,10 +36,12 @@
 //  - rows: whole embedding rows per lane group. embedding_bag's forward reads each bag's rows
 //    (16-byte vectors, f32 / f64 accumulation in index order) and writes the bag's sum, mean or
 //    max (with the argmax ids) once: no [L, D] intermediate. Its backward scatters the upstream
-//    gradient to the rows (atomics, or with require_deterministic / scale_grad_by_freq a stable
-//    radix sort of the ids and one ordered sum per referenced row) and writes the gradient of
-//    the per-sample weights. embedding_renorm rescales, in place, every row the ids reference
-//    whose p-norm exceeds max_norm (each row once: a per-row claim bit in the workspace).
+//    gradient to the rows (f32 / f64 atomics, or for f16 / bf16, require_deterministic or
+//    scale_grad_by_freq a stable radix sort of the ids and one ordered f32 / f64 sum per
+//    referenced row) and writes the gradient of the per-sample weights. embedding_renorm
+//    rescales, in place, every row the ids reference whose p-norm exceeds max_norm (each row
+//    once: a per-row claim bit in the workspace; with the error flag, an id out of range leaves
+//    every row as it was).
 //  - generate: outputs computed from the sizes alone (tril_indices / triu_indices: one thread
 //    per index pair, the row from a closed form in double corrected in exact integers).
 //
@@ -248,7 +250,9 @@ struct IndexDesc {
   /// updated in place) that some id references and whose norm_type-norm exceeds max_norm is
   /// scaled by max_norm / (norm + 1e-7), once (norms in f32, f64 for f64). p = 1, 2, inf or any
   /// p > 0 (the norm of |x|: torch's CPU definition; torch's CUDA kernel drops the |.| for
-  /// p != 1, 2). Out-of-range ids set the error flag and are skipped.
+  /// p != 1, 2). Out-of-range ids set the error flag; when the flag is given, such an id leaves
+  /// the whole table untouched (a check pass runs first: a partial in-place update could not be
+  /// undone), else they are skipped.
   static IndexDesc embedding_renorm(DType dt, DType it, int64_t num_weights, int64_t embedding_dim,
                                     const Shape& index_shape, double max_norm, double norm_type = 2);
   /// torch.tril_indices(row, col, offset) / triu_indices: out [2, n] of dtype s32 / s64 (row

@@ -1,11 +1,12 @@
 // embedding_bag's backward (the rows engine), sum and mean (max routes dy through max_indices
 // with the scatter engine, run.cpp). Two ways to the dense grad_weight:
-//  - atomic: the forward's lane groups read dy[bag] once and add dy * scale to each id's row
-//    (16-byte atomics for f32 on sm_90, paired 16-bit atomics for f16 / bf16);
-//  - sorted (require_deterministic, scale_grad_by_freq): the flat positions keyed by their id,
-//    a stable radix sort (index_sort.cu), then a lane group per (run of one id, row chunk) sums
-//    dy[bag] * scale over the run in position order and writes the row once: bit-identical run
-//    to run, as torch's embedding_bag_backward_cuda_sum_avg.
+//  - atomic (f32 / f64 only): the forward's lane groups read dy[bag] once and add dy * scale to
+//    each id's row (16-byte atomics for f32 on sm_90). f16 / bf16 atomics would round every
+//    add to the storage dtype, so those dtypes always take the sorted path (rows_choice);
+//  - sorted (f16 / bf16, require_deterministic, scale_grad_by_freq): the flat positions keyed
+//    by their id, a stable radix sort (index_sort.cu), then a lane group per (run of one id, row
+//    chunk) sums dy[bag] * scale over the run in position order in f32 (f64) and writes the row
+//    once: bit-identical run to run, as torch's embedding_bag_backward_cuda_sum_avg.
 // And the per-sample weights' gradient, dy[bag] . weight[id], a lane group per position.
 #include "ops/index/index_bag.cuh"
 
@@ -17,25 +18,20 @@ using bag::load_index;
 
 constexpr int kUnroll = 4;  ///< rows a lane keeps in flight
 
-/// dst[j] += v[j] (j < V) with atomics of the widest kind the type and architecture have.
+/// The dtypes of the atomic backward: their atomics add at the sorted path's precision.
+constexpr DTypeSet kAtomicBagDTypes = bit(DType::f32) | bit(DType::f64);
+
+/// dst[j] += v[j] (j < V; T float or double) with atomics of the widest kind the architecture has.
 template <class T, int V>
-__device__ __forceinline__ void atomic_add_vec(T* dst, const kern::opmath_t<T> (&v)[V]) {
-  if constexpr (V == 1) {
-    atomicAdd(dst, kern::convert<T>(v[0]));
-  } else if constexpr (std::is_same_v<T, float>) {
+__device__ __forceinline__ void atomic_add_vec(T* dst, const T (&v)[V]) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "16-bit dtypes take the sorted path");
+  if constexpr (V == 4 && std::is_same_v<T, float>) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     atomicAdd(reinterpret_cast<float4*>(dst), make_float4(v[0], v[1], v[2], v[3]));
 #else
 #pragma unroll
     for (int j = 0; j < V; ++j) atomicAdd(dst + j, v[j]);
 #endif
-  } else if constexpr (std::is_same_v<T, __half>) {
-#pragma unroll
-    for (int j = 0; j < V; j += 2) atomicAdd(reinterpret_cast<__half2*>(dst + j), __floats2half2_rn(v[j], v[j + 1]));
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-#pragma unroll
-    for (int j = 0; j < V; j += 2)
-      atomicAdd(reinterpret_cast<__nv_bfloat162*>(dst + j), __floats2bfloat162_rn(v[j], v[j + 1]));
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) atomicAdd(dst + j, v[j]);
@@ -257,10 +253,10 @@ RowSplit row_split(const BagParams& p) {
   return {G, (vectors + G - 1) / G};
 }
 
-template <class F>
+template <DTypeSet kDTypes, class F>
 cudaError_t with_dtypes(DType dt, DType index_dtype, int vec, F&& f) {
   cudaError_t e = cudaErrorInvalidValue;
-  kern::dispatch<dtypes::kFloat>(dt, [&](auto tag) {
+  kern::dispatch<kDTypes>(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int kVec = 16 / static_cast<int>(sizeof(T));
     auto go = [&](auto it_tag) {
@@ -280,7 +276,7 @@ cudaError_t with_dtypes(DType dt, DType index_dtype, int vec, F&& f) {
 
 cudaError_t launch_bag_backward_atomic(const BagParams& p, DType dt, DType index_dtype, cudaStream_t stream) {
   if (p.bags * p.dim == 0) return cudaSuccess;
-  return with_dtypes(dt, index_dtype, p.vec, [&](auto t, auto it, auto v) {
+  return with_dtypes<kAtomicBagDTypes>(dt, index_dtype, p.vec, [&](auto t, auto it, auto v) {
     using T = typename decltype(t)::type;
     using IT = typename decltype(it)::type;
     constexpr int V = decltype(v)::value;
@@ -338,7 +334,7 @@ cudaError_t launch_bag_backward_sorted(const BagParams& p, DType dt, const int64
 cudaError_t launch_bag_psw_grad(const BagParams& p, DType dt, DType index_dtype, cudaStream_t stream) {
   const int64_t n = bag_positions(p);
   if (n == 0) return cudaSuccess;
-  return with_dtypes(dt, index_dtype, p.vec, [&](auto t, auto it, auto v) {
+  return with_dtypes<dtypes::kFloat>(dt, index_dtype, p.vec, [&](auto t, auto it, auto v) {
     using T = typename decltype(t)::type;
     using IT = typename decltype(it)::type;
     constexpr int V = decltype(v)::value;

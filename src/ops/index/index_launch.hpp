@@ -367,7 +367,9 @@ inline int64_t bag_positions(const BagParams& p) { return p.offsets ? p.len : p.
 cudaError_t launch_bag_forward(const BagParams& p, DType dt, DType index_dtype, cudaStream_t stream);
 /// Backward, atomic (sum / mean): the forward's groups read dy[bag] once and add dy * scale
 /// (per-sample weight, or 1 / the bag's count for mean) to every id's row of grad_weight
-/// with atomics (order varies run to run).
+/// with atomics (order varies run to run). rows_choice sends f16 / bf16 to the sorted path
+/// (atomics of their width round every add); their instantiations stay for callers of the
+/// launcher that accept that.
 cudaError_t launch_bag_backward_atomic(const BagParams& p, DType dt, DType index_dtype, cudaStream_t stream);
 /// Backward, sorted (sum / mean; deterministic): keys[l] = the id at flat position l (the
 /// sentinel N for padding_idx, an id out of range, or a position outside every bag), vals[l] =
@@ -400,16 +402,20 @@ struct RenormParams {
   int64_t L = 0;
   double max_norm = 0;
   double norm_type = 2;
-  unsigned* claimed = nullptr;  ///< workspace: one bit per row (renorm_claim_bytes), cleared by the launch
+  /// workspace (renorm_claim_bytes), cleared by the launch: one claim bit per row, then the
+  /// abort word (set by the check pass when an id is out of range)
+  unsigned* claimed = nullptr;
   int* error = nullptr;
 };
-/// Workspace bytes of the claim bits (one per row, whole 32-bit words).
+/// Workspace bytes: the claim bits (one per row, whole 32-bit words) and the abort word.
 inline size_t renorm_claim_bytes(int64_t num_weights) {
-  return static_cast<size_t>((num_weights > 0 ? num_weights : 0) + 31) / 32 * 4;
+  return (static_cast<size_t>((num_weights > 0 ? num_weights : 0) + 31) / 32 + 1) * 4;
 }
-/// Clears the claim bits, then a warp per id: lane 0 claims the row with an atomicOr; the warp
-/// that claims it computes the row's norm (fixed-order warp reduction) and rescales it when it
-/// exceeds max_norm. Each row depends on itself only: deterministic.
+/// Clears the workspace; with the error flag, a check pass over the ids (one out of range sets
+/// the flag and the abort word: the table is updated in place, so a refused call changes no
+/// row); then a warp per id: lane 0 claims the row with an atomicOr; the warp that claims it
+/// computes the row's norm (fixed-order warp reduction) and rescales it when it exceeds
+/// max_norm. Each row depends on itself only: deterministic.
 cudaError_t launch_embedding_renorm(const RenormParams& p, DType dt, DType index_dtype, cudaStream_t stream);
 
 // ---- generate engine: tril_indices / triu_indices ---------------------------------------------

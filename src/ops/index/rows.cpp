@@ -170,8 +170,8 @@ Result<void> check_rows_desc(const IndexDesc& d, const std::string& label) {
                    str(d.index_shape.rank));
   if (d.index_shape.rank == 2 && d.include_last_offset)
     return invalid(label +
-                   ": include_last_offset expects 1-d ids with offsets, got 2-d ids (a bag a row; torch's "
-                   "functional form turns them into offsets first)");
+                   ": include_last_offset expects 1-d ids with offsets, got 2-d ids (a bag a row; "
+                   "torch.nn.functional.embedding_bag drops the flag for 2-d input)");
   if (d.reduce != ScatterReduce::sum && d.reduce != ScatterReduce::mean && d.reduce != ScatterReduce::amax)
     return invalid(label + ": mode expected sum, mean or max (amax), got " + to_string(d.reduce));
   if (d.num_segments < 0)
@@ -268,16 +268,25 @@ RowsChoice rows_choice(const Target& target, const IndexDesc& d, const PlanPrefe
     return c;
   }
   const bool extremum = d.reduce == ScatterReduce::amax;
-  c.sorted = det || (!extremum && d.scale_grad_by_freq);
+  // f16 / bf16 never accumulate with atomics of their own width: every add rounds to 11 / 8
+  // bits, so a row hit k times carries up to k half-ulps of error (at ~15 hits a row bf16 was
+  // 0.19 off, 11x relative where terms cancel). The sorted path sums in f32 and rounds once, as
+  // torch's sum / mean backward does (its max backward adds in the storage dtype: we do better
+  // there, since a row with large values is the max of every bag holding it).
+  const bool narrow = size_in_bytes(d.dtype) < 4;
+  c.sorted = det || narrow || (!extremum && d.scale_grad_by_freq);
+  const std::string why = det      ? "deterministic: "
+                          : narrow ? "no " + dname(d.dtype) + " atomics (they round every add); "
+                                   : "";
   if (extremum) {
     c.layout = c.sorted ? "bag-max-scatter-sorted" : "bag-max-scatter-atomic";
-    c.note = c.sorted ? "dy routed through max_indices: stable radix sort, sums in bag order in " + dname(acc)
-                      : "dy routed through max_indices with atomic adds in the storage dtype (order varies)";
+    c.note = c.sorted ? why + "dy routed through max_indices, stable radix sort, sums in bag order in " + dname(acc)
+                      : "dy routed through max_indices with atomic adds in " + dname(d.dtype) + " (order varies)";
   } else {
     c.layout = c.sorted ? "bag-backward-sorted" : "bag-backward-atomic";
-    c.note = c.sorted ? "deterministic: stable radix sort of the ids, one ordered sum per row in " + dname(acc) +
+    c.note = c.sorted ? why + "stable radix sort of the ids, one ordered sum per row in " + dname(acc) +
                             (d.scale_grad_by_freq ? ", each term divided by its id's count" : "")
-                      : "atomic adds of dy x scale in the storage dtype (summation order varies run to run)";
+                      : "atomic adds of dy x scale in " + dname(d.dtype) + " (summation order varies run to run)";
   }
   c.deterministic = c.bit_stable = c.sorted;
   if (c.sorted) {
