@@ -132,6 +132,8 @@ const char* kind_name(LossKind k) {
       return "linear";
     case LossKind::rows:
       return "rows";
+    case LossKind::ctc:
+      return "ctc";
   }
   return "?";
 }

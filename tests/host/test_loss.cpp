@@ -96,7 +96,7 @@ LossArgs lce_args(DType dt, int64_t n, int64_t h, int64_t v, bool reduced = true
 
 // ---- table and coverage ------------------------------------------------------------------------------
 TEST(LossTable, RowsAndColumns) {
-  ASSERT_EQ(loss_ops().size(), 20u);
+  ASSERT_EQ(loss_ops().size(), 21u);
   for (const char* n : {"cross_entropy",
                         "nll_loss",
                         "linear_cross_entropy",
@@ -116,12 +116,13 @@ TEST(LossTable, RowsAndColumns) {
                         "triplet_margin_loss",
                         "multi_margin_loss",
                         "multilabel_margin_loss",
-                        "multilabel_soft_margin_loss"}) {
+                        "multilabel_soft_margin_loss",
+                        "ctc_loss"}) {
     auto op = loss_op_from_name(n);
     ASSERT_TRUE(op.has_value()) << n;
     EXPECT_STREQ(info(*op).name, n);
   }
-  EXPECT_FALSE(loss_op_from_name("ctc_loss").has_value());
+  EXPECT_EQ(info(*loss_op_from_name("ctc_loss")).kind, LossKind::ctc);
   const auto& bce = info(LossOp::binary_cross_entropy_with_logits);
   EXPECT_EQ(bce.num_inputs(), 4);
   EXPECT_EQ(bce.input_name(3), "pos_weight");
@@ -166,6 +167,10 @@ TEST(LossCoverage, AcceptsExactlyDeclaredDtypes) {
         const DType t = static_cast<DType>(i);
         SCOPED_TRACE(std::string(in.name) + " " + to_string(dir) + " " + std::string(name(t)));
         auto plan = LossPlan::select(kTarget, probe(in, t, dir));
+        if (in.kind == LossKind::ctc) {  // served by CtcLossPlan (test_ctc.cpp)
+          EXPECT_FAILS_WITH(plan, Status::Unsupported, "CtcLossPlan");
+          continue;
+        }
         const DTypeSet declared = dir == Direction::Forward ? in.fw_dtypes : in.bw_dtypes;
         if (contains(declared, t)) {
           ASSERT_TRUE(plan.ok()) << plan.message();

@@ -62,7 +62,7 @@ enum class LossOp : uint8_t {
 /// classes: a row over a class axis; pointwise: a functor over broadcast inputs; linear: hidden x
 /// weight^T fused with cross_entropy, chunked over tokens; rows: a functor over rows of the last
 /// dim (broadcast inputs). See loss_ops.def.
-enum class LossKind : uint8_t { classes, pointwise, linear, rows };
+enum class LossKind : uint8_t { classes, pointwise, linear, rows, ctc };  // ctc: its own plan, CtcLossPlan
 
 /// torch's reduction argument; batchmean (kl_div only) is the sum divided by input.shape[0].
 enum class Reduction : uint8_t { none, mean, sum, batchmean };

@@ -610,6 +610,8 @@ Result<LossPlan> LossPlan::select(const Target& target, const LossDesc& desc, co
     case LossKind::rows:
       BARACUDA_TRY(check_rows(desc, &p.bcast_));
       break;
+    case LossKind::ctc:
+      return unsupported(label + ": served by CtcLossPlan (baracuda/ops/ctc_loss.hpp), not LossPlan");
   }
   const std::span<const LossImpl> impls =
       in.kind == LossKind::linear ? std::span<const LossImpl>(kLinearImpls) : std::span<const LossImpl>(kLossImpls);
