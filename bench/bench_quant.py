@@ -320,6 +320,12 @@ def main(argv=None):
             torch.cuda.synchronize()
             s0 = c.sets[0]
             bout = s0["y"] if name.startswith("dequant") else s0["q"]
+            if name == "dynamic_per_token_int8":
+                # Checked against ATen's quantizer rule rint(double(x) / double(scale)) (what ours and
+                # the GPU tests follow), not the timed float composite: with scale = amax / 127, bf16
+                # rows put ~0.4% of elements near half-integers, where a float quotient may round off.
+                xf, sc = s0["x"].float(), tout[1]
+                tout = torch.clamp(torch.round(xf.double() / sc.double()), -128, 127).to(torch.int8)
             row["check"] = check(torch, name, bout, tout)
             if not args.no_compile:
                 try:
