@@ -510,7 +510,8 @@ def sparsemax(input, dim=-1):
     """Sparsemax (Martins & Astudillo, 2016) along `dim`: the Euclidean projection onto the
     simplex, max(input - tau, 0) with the threshold tau that makes each slice sum to 1. Rows
     with NaN or +inf give NaN. The gradient is (grad - its mean over the support) on the support
-    {output > 0}, 0 elsewhere."""
+    {output > 0}, 0 elsewhere, of the output as stored: an element whose input - tau rounds to 0
+    in the dtype (below 2^-25 in f16) is outside it."""
     require_torch()
     _check_cuda("sparsemax", input)
     if not input.dtype.is_floating_point:

@@ -121,7 +121,8 @@ struct NormDesc {
   static NormDesc normalize(DType dt, const Shape& shape, int axis, double eps = 1e-12,
                             Direction dir = Direction::Forward, double p = 2.0);
   /// Sparsemax (Martins & Astudillo 2016) along `axis`: y = max(x - tau, 0) with the threshold
-  /// tau that makes the row sum to 1. The backward reads the output (its support).
+  /// tau that makes the row sum to 1. The backward reads the output: its support is {y > 0} of y
+  /// as stored (an element whose x - tau rounds to 0 in the dtype, below 2^-25 in f16, is outside).
   static NormDesc sparsemax(DType dt, const Shape& shape, int axis, Direction dir = Direction::Forward);
   /// torch's F.gumbel_softmax along `axis`: softmax((x + g) / tau) with Gumbel noise g (from
   /// NormArgs::noise, or generated in the kernel from NormArgs::rng); hard: the one-hot of its
