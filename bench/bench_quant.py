@@ -10,6 +10,7 @@ of --iters, buffer sets rotated past 2x L2 (bench.py). Writes bench/results/quan
 
   python bench/bench_quant.py                 # the rows on [16384, 4096] bf16 + W8A8 8192^3 + W4A16
   python bench/bench_quant.py --cases 'dyn*,fp8*' --no-compile
+  python bench/bench_quant.py --cases 'dynamic_per_group_int8,dynamic_per_token_asym_uint8' --group 128
   python bench/bench_quant.py --cases 'w4a16*' --w4 4096x4096
 
 W4A16 rows: y[m, N] = x[m, K] @ dequant(W)^T with W uint4 [N, K/2] + float32 scales and int32 zeros per
@@ -31,7 +32,8 @@ TARGET_PCT_BW = 85.0
 TARGET_LINEAR = 1.5
 TARGET_W4A16_DECODE = 3.0
 HEADLINE = (16384, 4096)
-CASES = ["dynamic_per_token_int8", "per_channel_int8", "per_group_int4", "fp8_per_tensor_scaled",
+CASES = ["dynamic_per_token_int8", "dynamic_per_group_int8", "dynamic_per_token_asym_uint8", "per_channel_int8",
+         "per_group_int4", "fp8_per_tensor_scaled",
          "fp8_current_scaling", "dequant_per_channel_int8", "dequant_per_group_int4", "quantized_linear",
          "w4a16_decode", "w4a16_decode_m16", "w4a16_prefill"]
 W4A16_ROWS = {"w4a16_decode": 1, "w4a16_decode_m16": 16, "w4a16_prefill": 2048}
@@ -80,6 +82,13 @@ class Case:
             elif name == "dynamic_per_token_int8":
                 s["q"] = torch.empty(shape, dtype=torch.int8, device=dev)
                 s["scale_out"] = torch.empty(rows, 1, device=dev)
+            elif name == "dynamic_per_group_int8":
+                s["q"] = torch.empty(shape, dtype=torch.int8, device=dev)
+                s["scale_out"] = torch.empty(rows, n // group, device=dev)
+            elif name == "dynamic_per_token_asym_uint8":
+                s["q"] = torch.empty(shape, dtype=torch.uint8, device=dev)
+                s["scale_out"] = torch.empty(rows, 1, device=dev)
+                s["zp_out"] = torch.empty(rows, 1, dtype=torch.int32, device=dev)
             elif name.startswith("fp8"):
                 s["q"] = torch.empty(shape, dtype=torch.float8_e4m3fn, device=dev)
                 s["scale"] = torch.tensor([0.01], device=dev)
@@ -103,7 +112,9 @@ class Case:
         rows, n = self.shape
         x = rows * n * 2
         q8, q4 = rows * n, rows * n // 2
-        return {"dynamic_per_token_int8": x + q8 + rows * 4, "per_channel_int8": x + q8 + rows * 8,
+        return {"dynamic_per_token_int8": x + q8 + rows * 4,
+                "dynamic_per_group_int8": x + q8 + rows * (n // self.group) * 4,
+                "dynamic_per_token_asym_uint8": x + q8 + rows * 8, "per_channel_int8": x + q8 + rows * 8,
                 "per_group_int4": x + q4 + rows * (n // self.group) * 4, "fp8_per_tensor_scaled": x + q8,
                 "fp8_current_scaling": x + q8, "dequant_per_channel_int8": q8 + x + rows * 8,
                 "dequant_per_group_int4": q4 + x + rows * (n // self.group) * 4}[self.name]
@@ -117,6 +128,13 @@ class Case:
             if self.name == "dynamic_per_token_int8":
                 calls.append(("dynamic_quantize", {"x": s["x"], "out": s["q"], "scale_out": s["scale_out"]},
                               {"q_dtype": "int8", "granularity": "per_token"}))
+            elif self.name == "dynamic_per_group_int8":
+                calls.append(("dynamic_quantize", {"x": s["x"], "out": s["q"], "scale_out": s["scale_out"]},
+                              {"q_dtype": "int8", "granularity": "per_group", "group_size": self.group}))
+            elif self.name == "dynamic_per_token_asym_uint8":
+                calls.append(("dynamic_quantize", {"x": s["x"], "out": s["q"], "scale_out": s["scale_out"],
+                                                   "zero_point_out": s["zp_out"]},
+                              {"q_dtype": "uint8", "granularity": "per_token"}))
             elif self.name == "per_channel_int8":
                 calls.append(("quantize", {"x": s["x"], "scale": s["scale"], "zero_point": s["zp"], "out": s["q"]},
                               {"q_dtype": "int8", "granularity": "per_channel", "axis": 0}))
@@ -154,6 +172,22 @@ class Case:
                 amax = x.abs().amax(-1, keepdim=True).float()
                 sc = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
                 return torch.clamp(torch.round(x.float() / sc), -128, 127).to(torch.int8), sc
+            if self.name == "dynamic_per_group_int8":
+                r, n = x.shape
+                xg = x.view(r, n // g, g)
+                amax = xg.abs().amax(-1, keepdim=True).float()
+                sc = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+                return torch.clamp(torch.round(xg.float() / sc), -128, 127).to(torch.int8).view(r, n), sc
+            if self.name == "dynamic_per_token_asym_uint8":
+                # torch.ao's choose_qparams_per_token_asymmetric on [0, 255] + quantize_per_token (float64 codes)
+                lo, hi = 0, 255
+                mn = torch.min(torch.amin(x, -1, keepdim=True), torch.zeros(1, dtype=x.dtype, device=x.device))
+                mx = torch.max(torch.amax(x, -1, keepdim=True), torch.zeros(1, dtype=x.dtype, device=x.device))
+                sc = ((mx - mn) / float(hi - lo)).clamp(min=torch.finfo(torch.float32).eps)
+                dmin, dmax = mn / sc, mx / sc
+                zp = torch.where((lo + dmin) + (hi + dmax) > 0, lo - dmin, hi - dmax).clamp(lo, hi).round()
+                sc, zp = sc.to(torch.float64), zp.to(torch.int64)
+                return x.mul(1.0 / sc).add(zp).round().clamp(lo, hi).to(torch.uint8), sc, zp
             if self.name == "per_channel_int8":
                 return torch.clamp(torch.round(x.float() / s["scale"][:, None]) + s["zp"][:, None], -128,
                                    127).to(torch.int8)

@@ -1,8 +1,9 @@
 """Quantization under torch's names, with autograd where torch has gradients.
 
 Rows of ``_C.quant_ops()`` (include/baracuda/ops/quant_ops.def): quantize, dequantize, fake_quantize,
-fake_quantize_learnable, dynamic_quantize, quantized_linear (W8A8), w4a16_linear (int4 weight-only). The formulas (bit for bit against
-torch's CUDA kernels) are in include/baracuda/ops/quant.hpp.
+fake_quantize_learnable (per tensor, channel, group), dynamic_quantize (per token / group, symmetric or
+asymmetric; per-tensor fp8), quantized_linear (W8A8), w4a16_linear (int4 weight-only). The formulas (bit for bit
+against torch's CUDA kernels) are in include/baracuda/ops/quant.hpp.
 
 Quantized tensors are plain tensors, not torch's quantized type (which DLPack cannot carry):
 ``torch.int8`` for int8 / qint8, ``torch.uint8`` for uint8 / quint8, ``torch.uint8`` holding two
@@ -23,9 +24,11 @@ from ._autograd import current_stream, dl, require_torch, torch
 
 __all__ = ["quantize_per_tensor", "quantize_per_channel", "quantize_per_token", "quantize_per_group",
            "dequantize_per_tensor", "dequantize_per_channel", "dequantize_per_token", "dequantize_per_group",
-           "dynamic_quantize_per_token", "fake_quantize_per_tensor_affine", "fake_quantize_per_channel_affine",
-           "fake_quantize_per_group_affine", "fake_quantize_learnable_per_tensor_affine",
-           "fake_quantize_learnable_per_channel_affine", "quantize_backward", "dequantize_backward", "cast_to_fp8",
+           "dynamic_quantize_per_token", "dynamic_quantize_per_group", "dynamic_quantize_per_token_asymmetric",
+           "dynamic_quantize_per_group_asymmetric", "dynamic_quantize_backward", "fake_quantize_per_tensor_affine",
+           "fake_quantize_per_channel_affine", "fake_quantize_per_group_affine",
+           "fake_quantize_learnable_per_tensor_affine", "fake_quantize_learnable_per_channel_affine",
+           "fake_quantize_learnable_per_group_affine", "quantize_backward", "dequantize_backward", "cast_to_fp8",
            "fp8_delayed_cast", "quantized_linear", "w4a16_linear"]
 
 QUANT_OPS = {row["name"]: row for row in _C.quant_ops()}
@@ -306,23 +309,78 @@ def _rows_merge(x):
     return True
 
 
-def dynamic_quantize_per_token(input, dtype=torch.int8 if torch is not None else None):
-    """Symmetric per-row quantization with the scale computed in the same kernel: scale = max|row| / 127
-    (448 / 57344 for fp8; 1 for an all-zero or non-finite row), q = rint(x / scale). Returns
-    (q, scales) with scales of shape input.shape[:-1] + (1,), float32. The W8A8 activation quantizer;
-    also the per-output-channel weight quantizer of an nn.Linear weight [N, K]."""
+def _dynamic_rows(name, input, dtype, granularity, group_size=0, asymmetric=False):
+    """The rows kernel: per-token (group_size 0) or per-group scales (and zero points) and codes in one pass.
+    Returns (q, scales) or (q, scales, zero_points); scales / zero points [..., 1] per token, [..., D / G] per
+    group."""
     require_torch()
-    _check_float("dynamic_quantize_per_token", input)
+    _check_float(name, input)
     if input.dim() == 0:
-        raise RuntimeError("dynamic_quantize_per_token: expected an input of rank >= 1 (rows of the last dim)")
+        raise RuntimeError(f"{name}: expected an input of rank >= 1 (rows of the last dim)")
     q = _q_name(dtype)
     x = input if _rows_merge(input) else input.contiguous()
-    out = torch.empty(list(x.shape), dtype=_storage_dtype(q), device=x.device)
-    scales = torch.empty(list(x.shape[:-1]) + [1], dtype=torch.float32, device=x.device)
-    if scales.numel():
-        _run("dynamic_quantize", False, {"x": x, "out": out, "scale_out": scales},
-             {"q_dtype": q, "granularity": "per_token"}, x.device)
-    return out, scales
+    d = x.shape[-1]
+    # A group size the plan refuses still reaches it (for its message) with a placeholder count.
+    per_row = 1 if granularity == "per_token" else (d // group_size if group_size > 0 and d % group_size == 0 else 1)
+    out = torch.empty(_q_shape(x.shape, q), dtype=_storage_dtype(q), device=x.device)
+    scales = torch.empty(list(x.shape[:-1]) + [per_row], dtype=torch.float32, device=x.device)
+    zps = torch.empty(scales.shape, dtype=torch.int32, device=x.device) if asymmetric else None
+    if scales.numel() or granularity != "per_token":
+        _run("dynamic_quantize", False, {"x": x, "out": out, "scale_out": scales, "zero_point_out": zps},
+             {"q_dtype": q, "granularity": granularity, "axis": -1, "group_size": group_size}, x.device)
+    return (out, scales, zps) if asymmetric else (out, scales)
+
+
+def dynamic_quantize_per_token(input, dtype=torch.int8 if torch is not None else None):
+    """Symmetric per-row quantization with the scale computed in the same kernel: scale = max|row| / 127
+    (448 / 57344 for fp8, 7 for 'int4'; 1 for an all-zero or non-finite row), q = rint(x / scale). Returns
+    (q, scales) with scales of shape input.shape[:-1] + (1,), float32. The W8A8 activation quantizer;
+    also the per-output-channel weight quantizer of an nn.Linear weight [N, K]."""
+    return _dynamic_rows("dynamic_quantize_per_token", input, dtype, "per_token")
+
+
+def dynamic_quantize_per_group(input, group_size, dtype=torch.int8 if torch is not None else None):
+    """Symmetric quantization of groups of `group_size` consecutive elements along the last dim (which it must
+    divide), scale and codes in one kernel: scale = max|group| / q_max (127 int8, 7 'int4', 448 / 57344 fp8; 1 for
+    an all-zero or non-finite group), q = rint(x / scale) (fp8: x / scale saturated). Returns (q, scales) with
+    scales input.shape[:-1] + (D / group_size,) float32; 'int4' codes packed two a byte (last dim halved)."""
+    return _dynamic_rows("dynamic_quantize_per_group", input, dtype, "per_group", int(group_size))
+
+
+def dynamic_quantize_per_token_asymmetric(input, dtype=torch.int8 if torch is not None else None):
+    """Asymmetric per-row quantization, bit for bit torch.ops.quantized_decomposed.choose_qparams_per_token_asymmetric
+    (scale = (max(x, 0) - min(x, 0)) / (q_max - q_min), clamped to float32 eps; zero point from the min / max error
+    rule, clamped and rounded; computed in the input's dtype as torch does) followed by quantize_per_token
+    (round(x * (1 / scale) + zero_point) in float64, clamped). torch's op is int8's [-128, 127]; uint8 / 'int4' /
+    'uint4' use the same formulas on their range. float64 inputs are taken as input.float(). Returns (q, scales,
+    zero_points): scales float32 [..., 1] (the values torch's float64 scales hold), zero points int32 [..., 1]."""
+    return _dynamic_rows("dynamic_quantize_per_token_asymmetric", input, dtype, "per_token", asymmetric=True)
+
+
+def dynamic_quantize_per_group_asymmetric(input, group_size, dtype=torch.int8 if torch is not None else None):
+    """dynamic_quantize_per_token_asymmetric applied to each group of `group_size` consecutive elements along the
+    last dim (as if the input were viewed as [-1, group_size]). Returns (q, scales, zero_points) with
+    [..., D / group_size] scales (float32) and zero points (int32)."""
+    return _dynamic_rows("dynamic_quantize_per_group_asymmetric", input, dtype, "per_group", int(group_size),
+                         asymmetric=True)
+
+
+def dynamic_quantize_backward(grad_output, input, scales, zero_points=None, dtype=torch.int8 if torch is not None
+                              else None, granularity="per_token", group_size=0):
+    """Straight-through gradient of the dynamic quantizers (the codes taken as real), with the scales (and zero
+    points) their forward returned: grad * 1[q_min <= rint(x / scale) + zp <= q_max] (fp8: 1[|x / scale| <= max]),
+    quantize's STE. granularity: 'per_token', 'per_group' (group_size along the last dim) or 'per_tensor'."""
+    require_torch()
+    _check_float("dynamic_quantize_backward", input)
+    q = _q_name(dtype)
+    s = scales.detach().to(device=input.device, dtype=torch.float32).contiguous().reshape(-1)
+    zp = None if zero_points is None else _zp_tensor(zero_points, input.device, zero_points.numel())
+    dx = torch.empty_like(input)
+    if input.numel():
+        _run("dynamic_quantize", True, {"dy": grad_output.to(input.dtype), "x": input, "scale": s, "zero_point": zp,
+                                        "out": dx},
+             {"q_dtype": q, "granularity": granularity, "axis": -1, "group_size": int(group_size)}, input.device)
+    return dx
 
 
 def _fp8_name(dtype):
@@ -497,12 +555,12 @@ def fake_quantize_per_group_affine(input, scale, zero_point, group_size, axis, q
                         quant_min, quant_max)
 
 
-def _learnable(name, input, scale, zero_point, granularity, axis, quant_min, quant_max, grad_factor):
+def _learnable(name, input, scale, zero_point, granularity, axis, quant_min, quant_max, grad_factor, group_size=0):
     require_torch()
     _check_float(name, input)
     for t in (scale, zero_point):
         _check_cuda(name, t)
-    params = _fake_params(granularity, axis, 0, quant_min, quant_max, grad_factor=grad_factor)
+    params = _fake_params(granularity, axis, group_size, quant_min, quant_max, grad_factor=grad_factor)
     if _grad_mode(input, scale, zero_point):
         return FakeQuantizeLearnableFunction.apply(input, scale, zero_point, params)
     s = scale.detach().to(torch.float32).contiguous().reshape(-1)
@@ -522,6 +580,16 @@ def fake_quantize_learnable_per_channel_affine(input, scale, zero_point, axis, q
     """torch._fake_quantize_learnable_per_channel_affine (scale and zero point float tensors [shape[axis]])."""
     return _learnable("fake_quantize_learnable_per_channel_affine", input, scale, zero_point, "per_channel", axis,
                       quant_min, quant_max, grad_factor)
+
+
+def fake_quantize_learnable_per_group_affine(input, scale, zero_point, axis, group_size, quant_min, quant_max,
+                                             grad_factor=1.0):
+    """LSQ per group: torch._fake_quantize_learnable_per_channel_affine with each group of `group_size`
+    consecutive elements along `axis` a channel (scale / zero_point float tensors of input's shape with
+    shape[axis] / group_size). Forward zero point clamp(rint(zp)); backward dx (STE), dscale and dzero_point
+    summed per group in a fixed order (deterministic)."""
+    return _learnable("fake_quantize_learnable_per_group_affine", input, scale, zero_point, "per_group", axis,
+                      quant_min, quant_max, grad_factor, int(group_size))
 
 
 # ---- W8A8 linear ---------------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 // by role in a dict ({"x": t, "scale": s, "out": q, ...}, the QuantArgs field names) and the
 // descriptor's remaining fields in a params dict; what the tensors say is derived from them:
 // dtype and shape from x (forward), dy (backward) or out (dequantize), zero-point kind from the
-// zero_point tensor's dtype, scale_on_device from a per-tensor scale tensor, record_amax from
-// amax_out, the history length from amax_history. Packed int4 tensors travel as uint8 (two
+// zero_point tensor's dtype (or int32 when a zero_point_out is given: asymmetric dynamic
+// quantization), scale_on_device from a per-tensor scale tensor, record_amax from amax_out, the
+// history length from amax_history. Packed int4 tensors travel as uint8 (two
 // elements a byte, the last dim halved) and are reinterpreted here as the params' q_dtype.
 #include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
@@ -31,7 +32,8 @@ struct QuantCall {
 };
 
 const char* const kInRoles[] = {"x", "q", "dy", "scale", "zero_point"};
-const char* const kOutRoles[] = {"out", "mask", "scale_out", "amax_out", "amax_history", "dscale", "dzero_point"};
+const char* const kOutRoles[] = {"out",      "mask",         "scale_out", "zero_point_out",
+                                 "amax_out", "amax_history", "dscale",    "dzero_point"};
 
 std::string role_list() {
   std::string s;
@@ -76,8 +78,8 @@ QuantCall make_call(const std::string& op, bool backward, const nb::dict& tensor
   d.q_dtype = *q;
 
   TensorRef* refs[] = {&c.args.x, &c.args.q, &c.args.dy, &c.args.scale, &c.args.zero_point};
-  TensorMut* muts[] = {&c.args.out,          &c.args.mask,   &c.args.scale_out,  &c.args.amax_out,
-                       &c.args.amax_history, &c.args.dscale, &c.args.dzero_point};
+  TensorMut* muts[] = {&c.args.out,      &c.args.mask,         &c.args.scale_out, &c.args.zero_point_out,
+                       &c.args.amax_out, &c.args.amax_history, &c.args.dscale,    &c.args.dzero_point};
   for (auto [k, v] : tensors) {
     const std::string key = nb::cast<std::string>(k);
     if (v.is_none()) continue;
@@ -131,6 +133,8 @@ QuantCall make_call(const std::string& op, bool backward, const nb::dict& tensor
   const bool fp8 = d.q_dtype == DType::f8e4m3 || d.q_dtype == DType::f8e5m2;
   if (present(c.args.zero_point))
     d.zero_point_kind = c.args.zero_point.dtype == DType::f32 ? QuantZeroPoint::float32 : QuantZeroPoint::int32;
+  else if (present(c.args.zero_point_out))
+    d.zero_point_kind = QuantZeroPoint::int32;  // asymmetric dynamic quantization
   else if (d.op == QuantOp::fake_quantize_learnable)
     d.zero_point_kind = QuantZeroPoint::float32;  // select() refuses a missing one by name
   else if (fp8 || in.engine == QuantEngine::dynamic || d.scale_on_device)
@@ -279,7 +283,8 @@ void bind_quant(nb::module_& m) {
       nb::arg("op"), nb::arg("backward"), nb::arg("tensors"), nb::arg("params"), nb::arg("stream") = 0,
       nb::arg("workspace") = nb::none(), nb::arg("vectorized") = true,
       "Runs a quantization plan (cached by descriptor) on `stream`. `tensors` maps QuantArgs roles (x, q, dy, "
-      "scale, zero_point, out, mask, scale_out, amax_out, amax_history, dscale, dzero_point) to tensors; `params` "
+      "scale, zero_point, out, mask, scale_out, zero_point_out, amax_out, amax_history, dscale, dzero_point) to "
+      "tensors; `params` "
       "holds q_dtype, granularity, axis, group_size, q_min, q_max, scale, zero_point, zero_point_kind, grad_factor.");
   m.def(
       "quant_workspace_size",

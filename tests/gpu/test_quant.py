@@ -6,7 +6,10 @@ and the STE backward through torch autograd), torch._fake_quantize_learnable_* (
 dscale / dzero_point are sums, compared at a tolerance, and checked bit-identical run to run).
 Per-token, per-group, packed int4 and fp8 against a torch reference computed upcast (float64
 division, torch.round's half-to-even; fp8 through (x / scale).clamp(-M, M).to(float8)), compared
-exactly (bytes). The W4A16 linear against torch's dequantize-then-matmul in float32, within the
+exactly (bytes). Dynamic asymmetric quantization against torch.ops.quantized_decomposed
+(choose_qparams_per_token_asymmetric + quantize_per_token) for int8, and the same ops with other ranges
+and per group; dynamic per-group symmetric against the per-token formula on groups; learnable per-group
+against torch._fake_quantize_learnable_per_channel_affine with each group a channel. The W4A16 linear against torch's dequantize-then-matmul in float32, within the
 output dtype's rounding (plus the weights' rounding on the m > 16 GEMM path). Inputs include exact rounding ties, strided / transposed views, every floating
 dtype, empty tensors, and one tensor past 2^31 elements (marked slow). Outputs are poisoned before
 the raw calls so unwritten elements show.
@@ -399,6 +402,274 @@ def test_fake_quantize_learnable(per_channel, dt, shape, axis):
     same_bytes(dz2, dzb, "learnable dzero_point run to run")
 
 
+# ---- dynamic per-group (symmetric) ---------------------------------------------------------------------------
+def run_dynamic(x, q, granularity, group=0, asym=False):
+    """The rows kernel through the raw call, with poisoned outputs (unwritten elements show)."""
+    qn = Q._q_name(q)
+    xx = x if Q._rows_merge(x) else x.contiguous()
+    per = 1 if granularity == "per_token" else x.shape[-1] // group
+    out = torch.empty(Q._q_shape(x.shape, qn), dtype=Q._storage_dtype(qn), device=DEV)
+    out.view(torch.uint8).fill_(0x5A)
+    s = torch.full(list(x.shape[:-1]) + [per], float("nan"), device=DEV)
+    zp = torch.full(s.shape, -12345, dtype=torch.int32, device=DEV) if asym else None
+    Q._run("dynamic_quantize", False, {"x": xx, "out": out, "scale_out": s, "zero_point_out": zp},
+           {"q_dtype": qn, "granularity": granularity, "axis": -1, "group_size": group}, x.device)
+    return out, s, zp
+
+
+def row_views(x):
+    """views(x), and a view with column stride 2 (the rows kernel's scalar path) holding the same values."""
+    yield from views(x)
+    wide = torch.stack([x, torch.zeros_like(x)], -1).reshape(list(x.shape[:-1]) + [2 * x.shape[-1]])
+    yield "column stride 2", wide[..., ::2]
+
+
+def dyn_group_ref(x, group, q):
+    """Symmetric per-group reference: dyn_ref's per-token formula (torch's amax / q_max, 1 for an all-zero group)
+    on x.float() viewed as [-1, group]; codes as int64 (fp8: the fp8 tensor)."""
+    xf = x.float().reshape(-1, group)
+    if q in FP8:
+        M = FP8_MAX[str(q).split(".")[-1]]
+        qr, s = dyn_ref(xf, M, q)
+    else:
+        lo, hi = RANGE[q]
+        amax = xf.abs().amax(-1, keepdim=True)
+        s = torch.where((amax > 0) & torch.isfinite(amax), amax / hi, torch.ones_like(amax))
+        qr = torch.clamp(torch.round(xf.double() / s.double()), lo, hi).to(torch.int64)
+    return qr.reshape(x.shape), s.reshape(list(x.shape[:-1]) + [x.shape[-1] // group])
+
+
+def stored(ref, q):
+    """A reference code tensor as the kernel stores it."""
+    if q in ("int4", "uint4"):
+        return pack4(ref)
+    if q in FP8:
+        return ref
+    return ref.to(torch.int8 if q == "int8" else torch.uint8)
+
+
+@pytest.mark.parametrize("q", ["int8", "int4"] + FP8)
+@pytest.mark.parametrize("dt", FLOATS)
+@pytest.mark.parametrize("group", [32, 64, 128, 48])
+def test_dynamic_per_group_symmetric(q, dt, group):
+    shape = (5, 7, 384)
+    x = randn(shape, dt, "dyng", q, dt, group, scale=3.0)
+    x[1, 2] = 0  # all-zero groups: scale 1, codes 0
+    x[2, 3, :group] = x[2, 3, :group] * 1e-3  # a group far below the others
+    for kind, xv in row_views(x):
+        got, s, _ = run_dynamic(xv, q, "per_group", group)
+        qr, sr = dyn_group_ref(xv, group, q)
+        same_bytes(s, sr, f"dynamic per_group scales {q} {dt} G={group} {kind}")
+        same_bytes(got, stored(qr, q), f"dynamic per_group q {q} {dt} G={group} {kind}")
+        if q not in FP8:
+            not_degenerate(qr, "dynamic per_group")
+    q2, s2 = Q.dynamic_quantize_per_group(x, group, q)
+    qr, sr = dyn_group_ref(x, group, q)
+    same_bytes(s2, sr, "dynamic_quantize_per_group scales")
+    same_bytes(q2, stored(qr, q), "dynamic_quantize_per_group q")
+
+
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape,group", [((3, 1, 4096), 4096), ((2, 65536), 32768), ((9, 8), 2), ((0, 64), 32)])
+def test_dynamic_per_group_shapes(dt, shape, group):
+    """A group per row, groups longer than a warp's registers (streaming), tiny groups, empty inputs."""
+    x = randn(shape, dt, "dyngs", dt, shape, group, scale=2.0)
+    got, s, _ = run_dynamic(x, "int8", "per_group", group)
+    qr, sr = dyn_group_ref(x, group, "int8")
+    same_bytes(s, sr, f"dynamic per_group scales {shape} G={group}")
+    same_bytes(got, qr.to(torch.int8), f"dynamic per_group q {shape} G={group}")
+
+
+# ---- dynamic asymmetric (torch.ao choose_qparams_per_token_asymmetric + quantize_per_token) ----------------------
+def decomposed_ops():
+    """torch.ops.quantized_decomposed (registered by importing torch.ao.quantization.fx._decomposed), or None."""
+    try:
+        import torch.ao.quantization.fx._decomposed  # noqa: F401
+        ops = torch.ops.quantized_decomposed
+        ops.choose_qparams_per_token_asymmetric, ops.quantize_per_token  # noqa: B018 (raise if absent)
+        return ops
+    except Exception:
+        return None
+
+
+def asym_qparams_ref(x, qmin, qmax):
+    """torch.ao's _choose_qparams_per_token_asymmetric_impl with its [-128, 127] as parameters: the same ops, on
+    x's dtype. Returns float64 scales and int64 zero points [..., 1], as torch does."""
+    min_val = torch.amin(x, dim=-1, keepdim=True)
+    max_val = torch.amax(x, dim=-1, keepdim=True)
+    min_val_neg = torch.min(min_val, torch.zeros_like(min_val))
+    max_val_pos = torch.max(max_val, torch.zeros_like(max_val))
+    eps = torch.finfo(torch.float32).eps
+    scale = (max_val_pos - min_val_neg) / float(qmax - qmin)
+    scale = scale.clamp(min=eps)
+    descaled_min = min_val_neg / scale
+    descaled_max = max_val_pos / scale
+    zero_point_from_min_error = qmin + descaled_min
+    zero_point_from_max_error = qmax + descaled_max
+    zero_point = torch.where(zero_point_from_min_error + zero_point_from_max_error > 0, qmin - descaled_min,
+                             qmax - descaled_max)
+    zero_point = torch.clamp(zero_point, qmin, qmax).round()
+    return scale.to(torch.float64), zero_point.to(torch.int64)
+
+
+def quantize_per_token_ref(x, scales, zero_points, qmin, qmax):
+    """torch.ops.quantized_decomposed.quantize_per_token's formula (float64), codes as int64."""
+    return x.mul(1.0 / scales).add(zero_points).round().clamp(qmin, qmax).to(torch.int64)
+
+
+def asym_ref(x, q, group=0):
+    """(codes int64 [x's shape], scales float64, zero points int64 [..., per row]) for x (float64 as x.float())."""
+    lo, hi = RANGE[q]
+    xs = x.float() if x.dtype == torch.float64 else x
+    rows = xs.reshape(-1, group) if group else xs
+    s, zp = asym_qparams_ref(rows, lo, hi)
+    codes = quantize_per_token_ref(rows, s, zp, lo, hi)
+    per = [x.shape[-1] // group] if group else [1]
+    return codes.reshape(x.shape), s.reshape(list(x.shape[:-1]) + per), zp.reshape(list(x.shape[:-1]) + per)
+
+
+def asym_rows(shape, dt, *seed):
+    """Random rows plus the edge rows of the min / max rule: all positive, all negative, zero, constant, tiny
+    (the scale clamps to eps), a wide range."""
+    x = randn(shape, dt, "asym", *seed, scale=2.0)
+    flat = x.reshape(-1, shape[-1])
+    if flat.shape[0] >= 7 and shape[-1] > 0:
+        flat[1] = flat[1].abs() + 0.5
+        flat[2] = -flat[2].abs() - 0.25
+        flat[3] = 0
+        flat[4] = 1.375
+        flat[5] = flat[5] * 1e-7
+        flat[6] = flat[6] * 300
+    return flat.reshape(shape)
+
+
+def check_asym(got, s, zp, x, q, group, what):
+    qr, sr, zr = asym_ref(x, q, group)
+    same_bytes(s.double(), sr, f"{what}: scales")
+    same_bytes(zp.to(torch.int64), zr, f"{what}: zero points")
+    same_bytes(got, stored(qr, q), f"{what}: codes")
+    not_degenerate(qr - zr.repeat_interleave(group if group else x.shape[-1], -1), what)
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+@pytest.mark.parametrize("shape", [(7, 129), (33, 4097), (16, 4096), (3, 65537), (2, 3, 24), (1, 1)])
+def test_dynamic_per_token_asymmetric_vs_torch(dt, shape):
+    """int8: torch.ops.quantized_decomposed.choose_qparams_per_token_asymmetric + quantize_per_token, bit for bit."""
+    x = asym_rows(shape, dt, "tok", dt, shape)
+    ops = decomposed_ops()
+    for kind, xv in row_views(x):
+        got, s, zp = run_dynamic(xv, "int8", "per_token", asym=True)
+        check_asym(got, s, zp, xv, "int8", 0, f"asym per_token int8 {dt} {shape} {kind}")
+        if ops is not None:  # the composite reference is torch's op
+            xs = xv.float() if dt == torch.float64 else xv
+            ts, tz = ops.choose_qparams_per_token_asymmetric(xs, torch.int8)
+            same_bytes(s.double(), ts.reshape(s.shape), f"torch op scales {dt} {shape}")
+            same_bytes(zp.to(torch.int64), tz.reshape(zp.shape), f"torch op zero points {dt} {shape}")
+            tq = ops.quantize_per_token(xs, ts, tz, -128, 127, torch.int8)
+            same_bytes(got, tq, f"torch op codes {dt} {shape}")
+    q2, s2, z2 = Q.dynamic_quantize_per_token_asymmetric(x)
+    check_asym(q2, s2, z2, x, "int8", 0, f"dynamic_quantize_per_token_asymmetric {dt} {shape}")
+
+
+@pytest.mark.parametrize("q", ["uint8", "int4", "uint4", "int8"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("group", [0, 32, 128, 48])
+def test_dynamic_asymmetric_ranges_and_groups(q, dt, group):
+    """Other ranges and per-group: the same formulas (the composite above, anchored to torch's op for int8)."""
+    shape = (11, 3, 384)
+    x = asym_rows(shape, dt, "rng", q, dt, group)
+    for kind, xv in row_views(x):
+        got, s, zp = run_dynamic(xv, q, "per_group" if group else "per_token", group, asym=True)
+        check_asym(got, s, zp, xv, q, group, f"asym {q} {dt} G={group} {kind}")
+    if group:
+        q2, s2, z2 = Q.dynamic_quantize_per_group_asymmetric(x, group, q)
+    else:
+        q2, s2, z2 = Q.dynamic_quantize_per_token_asymmetric(x, q)
+    check_asym(q2, s2, z2, x, q, group, f"python asym {q} G={group}")
+
+
+def test_dynamic_asymmetric_non_finite_rows():
+    """inf / NaN rows follow the float formulas; NaN zero points and codes are written as 0 (documented)."""
+    x = randn((4, 64), torch.float32, "asymnan")
+    x[1, 5] = float("inf")
+    x[2, 7] = float("nan")
+    got, s, zp = run_dynamic(x, "uint8", "per_token", asym=True)
+    _, sr, _ = asym_ref(x, "uint8")
+    same_bytes(s.double(), sr, "non-finite rows: scales")
+    assert torch.isinf(s[1]).all() and torch.isnan(s[2]).all()
+    assert zp[2].item() == 0 and (got[2] == 0).all()
+    check_asym(got[[0, 3]], s[[0, 3]], zp[[0, 3]], x[[0, 3]], "uint8", 0, "finite rows beside them")
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
+def test_dynamic_backward_ste(dt):
+    """quantize's STE with the forward's qparams: dy * 1[q_min <= rint(x / s) + zp <= q_max]; halved scales push
+    the tails out of range."""
+    x = randn((6, 256), dt, "dynbw", dt, scale=2.0)
+    dy = randn((6, 256), dt, "dynbw-g", dt)
+    _, s, zp = Q.dynamic_quantize_per_group_asymmetric(x, 64, torch.uint8)
+    _, ss = Q.dynamic_quantize_per_token(x)
+    cases = [("per_group", 64, s * 0.5, zp, "uint8", (0, 255)), ("per_group", 64, s, zp, "uint8", (0, 255)),
+             ("per_token", 0, ss * 0.25, None, "int8", (-128, 127))]
+    for gran, group, sc, z, q, (lo, hi) in cases:
+        dx = Q.dynamic_quantize_backward(dy, x, sc, z, q, gran, group)
+        rep = group if group else x.shape[-1]
+        v = torch.round(x.float().double() / sc.repeat_interleave(rep, -1).double())
+        if z is not None:
+            v = v + z.repeat_interleave(rep, -1)
+        mask = (v >= lo) & (v <= hi)
+        same_bytes(dx, (dy.float() * mask.float()).to(dt), f"dynamic STE {gran} {q}")
+        if sc is not s:
+            assert not mask.all(), "degenerate: every element in range"
+
+
+# ---- learnable per-group (LSQ) ----------------------------------------------------------------------------
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape,axis,group", [((64, 256), -1, 32), ((6, 40, 16), 1, 8), ((128, 96), 0, 16),
+                                              ((4, 9000), -1, 9000), ((96, 40), 0, 3)])
+def test_fake_quantize_learnable_per_group(dt, shape, axis, group):
+    """torch._fake_quantize_learnable_per_channel_affine on x viewed as [groups, G] (each group a channel):
+    forward and dx exact, dscale / dzero_point at a tolerance (sums), bit-identical run to run."""
+    a = axis % len(shape)
+    O, A, I = math.prod(shape[:a]), shape[a], math.prod(shape[a + 1:])
+    sshape = list(shape)
+    sshape[a] //= group
+
+    def as_channels(t):  # [.., A, ..] -> [O * A/G * I, G], rows in the scales' order (o, g, i)
+        return t.reshape(O, A // group, group, I).permute(0, 1, 3, 2).reshape(-1, group)
+
+    def from_channels(t):
+        return t.reshape(O, A // group, I, group).permute(0, 1, 3, 2).reshape(shape)
+
+    x = randn(shape, dt, "lsqg", dt, shape, axis, scale=0.5)
+    s0 = (torch.rand(sshape, generator=gen("lsqg-s", shape)) * 0.05 + 0.02).float().to(DEV)
+    z0 = (torch.rand(sshape, generator=gen("lsqg-z", shape)) * 6 - 3).float().to(DEV)
+    dy = randn(shape, dt, "lsqg-g", dt, shape)
+    res = []
+    for impl in ("torch", "baracuda", "baracuda"):
+        xi = x.detach().clone().requires_grad_()
+        si = s0.detach().clone().requires_grad_()
+        zi = z0.detach().clone().requires_grad_()
+        if impl == "torch":
+            yc = torch._fake_quantize_learnable_per_channel_affine(as_channels(xi), si.reshape(-1), zi.reshape(-1), 0,
+                                                                   -8, 7, 0.5)
+            yc.backward(as_channels(dy))
+            y = from_channels(yc.detach())
+        else:
+            y = Q.fake_quantize_learnable_per_group_affine(xi, si, zi, axis, group, -8, 7, 0.5)
+            y.backward(dy)
+        res.append((y.detach(), xi.grad, si.grad, zi.grad))
+    (yr, dxr, dsr, dzr), (yb, dxb, dsb, dzb), (_, _, ds2, dz2) = res
+    same_bytes(yb, yr, f"learnable per_group forward {dt} {shape} axis={axis}")
+    same_bytes(dxb, dxr.to(dxb.dtype), "learnable per_group dx")
+    assert dsb.shape == s0.shape and dzb.shape == z0.shape
+    torch.testing.assert_close(dsb, dsr, rtol=1e-3, atol=1e-3 * max(1.0, dsr.abs().max().item()))
+    torch.testing.assert_close(dzb, dzr, rtol=1e-3, atol=1e-3 * max(1.0, dzr.abs().max().item()))
+    same_bytes(ds2, dsb, "learnable per_group dscale run to run")
+    same_bytes(dz2, dzb, "learnable per_group dzero_point run to run")
+    assert (dsr != 0).double().mean() > 0.5, "degenerate: dscale mostly zero"
+
+
 # ---- STE backward of quantize / dequantize ----------------------------------------------------------------
 @pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
 def test_quantize_and_dequantize_backward(dt):
@@ -555,6 +826,14 @@ def test_errors():
     with pytest.raises(RuntimeError, match="last dim halved"):
         Q._run("quantize", False, {"x": x[:, :8], "out": torch.empty(4, 8, dtype=torch.uint8, device=DEV)},
                {"q_dtype": "int4", "scale": 0.1}, x.device)
+    with pytest.raises(RuntimeError, match="shape\\[axis\\]=10.*group_size=4"):
+        Q.dynamic_quantize_per_group(x, 4)
+    with pytest.raises(RuntimeError, match="group_size expected even, got 5"):
+        Q.dynamic_quantize_per_group(x, 5, "int4")
+    with pytest.raises(RuntimeError, match="would clamp every negative value"):
+        Q.dynamic_quantize_per_token(x, torch.uint8)
+    with pytest.raises(RuntimeError, match="takes no zero point"):
+        Q.dynamic_quantize_per_token_asymmetric(x, torch.float8_e4m3fn)
 
 
 # ---- determinism / big tensors ---------------------------------------------------------------------------------
@@ -567,6 +846,7 @@ def test_past_2_31_elements():
         s = (torch.rand(rows, device=DEV) * 0.02 + 0.01)
         q = Q.quantize_per_channel(x, s, None, 0, torch.int8)
         qd, sd = Q.dynamic_quantize_per_token(x)
+        qg, sg, zg = Q.dynamic_quantize_per_group_asymmetric(x, 128, torch.uint8)
     except torch.cuda.OutOfMemoryError:
         pytest.skip("not enough GPU memory for a 2^31-element case")
     for r in (0, rows // 2, rows - 1):
@@ -574,6 +854,7 @@ def test_past_2_31_elements():
         qr, sr = dyn_ref(x[r:r + 1], 127.0)
         same_bytes(qd[r:r + 1], qr, f"big dynamic row {r}")
         same_bytes(sd[r:r + 1], sr, f"big dynamic scale {r}")
+        check_asym(qg[r:r + 1], sg[r:r + 1], zg[r:r + 1], x[r:r + 1], "uint8", 128, f"big asym per_group row {r}")
 
 
 def test_sku_strings():
@@ -583,4 +864,12 @@ def test_sku_strings():
     sku = _C.quant_sku("dynamic_quantize", False, {"x": Q.dl(x), "out": Q.dl(out), "scale_out": Q.dl(sc)},
                        {"q_dtype": "int8", "granularity": "per_token"}, True)
     assert "rows-registers-vec16" in sku, sku
+    sc = torch.empty(16, 32, device=DEV)
+    zp = torch.empty(16, 32, dtype=torch.int32, device=DEV)
+    out = torch.empty_like(x, dtype=torch.uint8)
+    sku = _C.quant_sku("dynamic_quantize", False, {"x": Q.dl(x), "out": Q.dl(out), "scale_out": Q.dl(sc),
+                                                   "zero_point_out": Q.dl(zp)},
+                       {"q_dtype": "uint8", "granularity": "per_group", "group_size": 128}, True)
+    assert "rows-registers-vec16(tpr=16)" in sku and "int32 zero point" in sku, sku
     assert ROWS["quantize"]["torch"].startswith("torch.quantize_per_tensor")
+    assert "group" in ROWS["dynamic_quantize"]["granularities"] and ROWS["dynamic_quantize"]["bw_dtypes"]

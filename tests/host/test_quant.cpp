@@ -23,11 +23,8 @@ using test::strided;
 const Target kTarget = Target::offline(90);
 
 QuantDesc probe(const QuantOpInfo& in, DType dt, DType q, Direction dir) {
-  if (in.engine == QuantEngine::dynamic) {
-    QuantDesc d = QuantDesc::dynamic_per_token(dt, q, Shape::of({4, 8}));
-    d.direction = dir;
-    return d;
-  }
+  if (in.engine == QuantEngine::dynamic)  // unsigned codes are asymmetric only
+    return QuantDesc::dynamic_per_token(dt, q, Shape::of({4, 8}), q == DType::u8 || q == DType::u4, dir);
   QuantDesc d = QuantDesc::per_tensor(in.op, dt, q, Shape::of({4, 8}), 0.5, 0, dir);
   return d;
 }
@@ -57,7 +54,9 @@ TEST(QuantTable, RowsAndNames) {
   EXPECT_TRUE(info(QuantOp::quantize).takes(QuantGranularity::per_group));
   EXPECT_FALSE(info(QuantOp::fake_quantize).takes(QuantGranularity::per_token));
   EXPECT_FALSE(info(QuantOp::dynamic_quantize).takes(QuantGranularity::per_channel));
-  EXPECT_EQ(info(QuantOp::dynamic_quantize).bw_dtypes, 0u);
+  EXPECT_TRUE(info(QuantOp::dynamic_quantize).takes(QuantGranularity::per_group));
+  EXPECT_TRUE(info(QuantOp::fake_quantize_learnable).takes(QuantGranularity::per_group));
+  EXPECT_EQ(info(QuantOp::dynamic_quantize).bw_dtypes, dtypes::kFloat);
   EXPECT_EQ(info(QuantOp::quantized_linear).engine, QuantEngine::linear);
   EXPECT_EQ(quant_min_of(DType::s4), -8);
   EXPECT_EQ(quant_max_of(DType::u4), 15);
@@ -115,7 +114,9 @@ TEST(QuantCoverage, ListedRows) {
   EXPECT_FALSE(has("fake_quantize_learnable", Direction::Backward, "float64->float64"));
   EXPECT_TRUE(has("dynamic_quantize", Direction::Forward, "bfloat16->int8"));
   EXPECT_TRUE(has("dynamic_quantize", Direction::Forward, "float32->float8_e5m2"));
-  EXPECT_FALSE(has("dynamic_quantize", Direction::Forward, "float32->uint8"));
+  EXPECT_TRUE(has("dynamic_quantize", Direction::Forward, "float32->uint8"));  // asymmetric
+  EXPECT_TRUE(has("dynamic_quantize", Direction::Forward, "bfloat16->int4"));
+  EXPECT_TRUE(has("dynamic_quantize", Direction::Backward, "float32,int8->float32"));
   EXPECT_FALSE(has("dynamic_quantize", Direction::Backward, "float32->int8"));
 }
 
@@ -196,8 +197,10 @@ TEST(QuantSelect, ZeroPointKinds) {
   l.zero_point_kind = QuantZeroPoint::int32;
   EXPECT_FAILS_WITH(QuantPlan::select(kTarget, l), Status::InvalidProblem, "learnable zero point is a float32");
   auto y = QuantDesc::dynamic_per_token(DType::bf16, DType::s8, Shape::of({4, 4}));
-  y.zero_point_kind = QuantZeroPoint::int32;
-  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, y), Status::InvalidProblem, "dynamic quantization is symmetric");
+  y.zero_point_kind = QuantZeroPoint::int32;  // asymmetric
+  EXPECT_TRUE(QuantPlan::select(kTarget, y).ok());
+  y.zero_point_kind = QuantZeroPoint::float32;
+  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, y), Status::InvalidProblem, "float32 zero points");
 }
 
 TEST(QuantSelect, GranularityAndDirection) {
@@ -205,8 +208,12 @@ TEST(QuantSelect, GranularityAndDirection) {
   EXPECT_FAILS_WITH(QuantPlan::select(kTarget, f), Status::Unsupported, "fake_quantize", "granularity",
                     "got per_token");
   auto y = QuantDesc::dynamic_per_token(DType::bf16, DType::s8, Shape::of({4, 4}));
-  y.direction = Direction::Backward;
-  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, y), Status::Unsupported, "dynamic_quantize_backward", "no backward");
+  y.direction = Direction::Backward;  // quantize's STE with the forward's scales
+  EXPECT_TRUE(QuantPlan::select(kTarget, y).ok());
+  auto yd = QuantDesc::dynamic_per_tensor(DType::bf16, DType::f8e4m3, Shape::of({4, 4}), 4);
+  yd.direction = Direction::Backward;
+  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, yd), Status::InvalidProblem, "dynamic_quantize_backward",
+                    "delayed scaling applies to the forward only");
   auto t = QuantDesc::per_token(QuantOp::quantize, DType::f32, DType::s8, Shape::of({}));
   EXPECT_FAILS_WITH(QuantPlan::select(kTarget, t), Status::InvalidProblem, "per_token", "rank 0");
   auto lin = QuantDesc::per_tensor(QuantOp::quantized_linear, DType::bf16, DType::s8, Shape::of({4, 4}), 1.0);
@@ -238,6 +245,41 @@ TEST(QuantSelect, LearnableAndDelayedRules) {
   q.direction = Direction::Backward;
   q.record_amax = true;
   EXPECT_FAILS_WITH(QuantPlan::select(kTarget, q), Status::InvalidProblem, "record_amax");
+}
+
+TEST(QuantSelect, DynamicPerGroupAndAsymmetricRules) {
+  auto g = QuantDesc::dynamic_per_group(DType::bf16, DType::s8, Shape::of({4, 10}), 4);
+  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, g), Status::InvalidProblem, "dynamic_quantize", "shape[axis]=10",
+                    "group_size=4");
+  g.shape = Shape::of({4, 12});
+  EXPECT_TRUE(QuantPlan::select(kTarget, g).ok());
+  g.axis = 0;  // 4 divides shape[0], but dynamic groups run along the last dim
+  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, g), Status::InvalidProblem, "groups along the last dim",
+                    "axis expected -1", "got 0");
+  auto p4 = QuantDesc::dynamic_per_group(DType::bf16, DType::s4, Shape::of({4, 12}), 3);
+  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, p4), Status::InvalidProblem, "int4", "group_size expected even",
+                    "got 3");
+  p4.group_size = 6;
+  EXPECT_TRUE(QuantPlan::select(kTarget, p4).ok());
+  // Unsigned codes: asymmetric only.
+  auto u = QuantDesc::dynamic_per_token(DType::f32, DType::u8, Shape::of({4, 8}));
+  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, u), Status::InvalidProblem, "symmetric dynamic quantization to uint8",
+                    "negative", "zero_point_kind=int32");
+  EXPECT_TRUE(
+      QuantPlan::select(kTarget, QuantDesc::dynamic_per_token(DType::f32, DType::u8, Shape::of({4, 8}), true)).ok());
+  EXPECT_TRUE(
+      QuantPlan::select(kTarget, QuantDesc::dynamic_per_group(DType::f16, DType::u4, Shape::of({4, 8}), 4, true)).ok());
+  auto a = QuantDesc::dynamic_per_token(DType::f32, DType::s8, Shape::of({4, 8}), true);
+  EXPECT_EQ(a.zero_point_kind, QuantZeroPoint::int32);
+  a.q_min = a.q_max = 3;
+  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, a), Status::InvalidProblem, "expected q_max > q_min", "got [3, 3]");
+  auto t = QuantDesc::dynamic_per_tensor(DType::bf16, DType::s8, Shape::of({4, 8}));
+  t.zero_point_kind = QuantZeroPoint::int32;
+  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, t), Status::InvalidProblem, "per_token or per_group");
+  auto f = QuantDesc::dynamic_per_token(DType::bf16, DType::f8e4m3, Shape::of({4, 8}), true);
+  EXPECT_EQ(f.zero_point_kind, QuantZeroPoint::none);  // fp8 has no zero point: the factory stays symmetric
+  f.zero_point_kind = QuantZeroPoint::int32;
+  EXPECT_FAILS_WITH(QuantPlan::select(kTarget, f), Status::InvalidProblem, "takes no zero point");
 }
 
 TEST(QuantSelect, Preferences) {
@@ -427,6 +469,143 @@ TEST(QuantArgs, LearnableBackwardGradients) {
   EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "out overlaps dy");
 }
 
+TEST(QuantArgs, DynamicPerGroupAsymmetric) {
+  auto p =
+      QuantPlan::select(kTarget, QuantDesc::dynamic_per_group(DType::bf16, DType::u4, Shape::of({2, 8, 64}), 32, true));
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->geometry().num_scales, 32);
+  QuantArgs a;
+  a.x = ref_of(0, DType::bf16, Layout::contiguous({2, 8, 64}));
+  a.out = mut_of(1, DType::u4, Layout::contiguous({2, 8, 32}));
+  a.scale_out = mut_of(2, DType::f32, Layout::contiguous({2, 8, 2}));
+  a.zero_point_out = mut_of(3, DType::s32, Layout::contiguous({2, 8, 2}));
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  EXPECT_EQ(p->layout_for(a), "rows-registers-vec16(tpr=4)");  // 32 bf16 = 4 vectors: a 4-thread sub-warp
+  auto b = a;
+  b.zero_point_out = {};
+  EXPECT_FAILS_WITH(p->can_implement(b), Status::InvalidProblem, "zero_point_out is required");
+  b = a;
+  b.zero_point_out.dtype = DType::s64;
+  EXPECT_FAILS_WITH(p->can_implement(b), Status::InvalidProblem, "zero_point_out dtype expected int32", "got int64");
+  b = a;
+  b.scale_out.layout = Layout::contiguous({16});
+  EXPECT_FAILS_WITH(p->can_implement(b), Status::InvalidProblem, "scale_out expected 32 elements", "got 16");
+  b = a;
+  b.zero_point_out = mut_of(2, DType::s32, Layout::contiguous({2, 8, 2}));  // on top of the scales
+  EXPECT_FAILS_WITH(p->can_implement(b), Status::InvalidProblem, "overlaps");
+  b = a;
+  b.x.layout = strided({2, 8, 64}, {1024, 128, 2});  // column stride 2: scalar pairs (whole int4 bytes)
+  EXPECT_EQ(p->layout_for(b), "rows-registers-scalar(tpr=16)");
+  EXPECT_TRUE(p->can_implement(b).ok());
+  // Symmetric descriptors take no zero point output.
+  auto s = QuantPlan::select(kTarget, QuantDesc::dynamic_per_group(DType::bf16, DType::s8, Shape::of({2, 8, 64}), 32));
+  ASSERT_TRUE(s.ok());
+  b = a;
+  b.out.dtype = DType::s8;
+  b.out.layout = Layout::contiguous({2, 8, 64});
+  EXPECT_FAILS_WITH(s->can_implement(b), Status::InvalidProblem, "zero_point_out given");
+  b.zero_point_out = {};
+  EXPECT_TRUE(s->can_implement(b).ok()) << s->can_implement(b).message();
+  // The headline shapes: a 16-thread sub-warp per bf16 group of 128; a warp per 4096-element row.
+  auto layout = [&](const QuantDesc& d, int64_t rows, int64_t n, int64_t scales) {
+    auto r = QuantPlan::select(kTarget, d);
+    EXPECT_TRUE(r.ok()) << r.message();
+    QuantArgs c;
+    c.x = ref_of(0, DType::bf16, Layout::contiguous({rows, n}));
+    c.out = mut_of(1, d.q_dtype, Layout::contiguous({rows, is_packed(d.q_dtype) ? n / 2 : n}));
+    c.scale_out = mut_of(2, DType::f32, Layout::contiguous({scales}));
+    if (d.zero_point_kind != QuantZeroPoint::none)
+      c.zero_point_out = mut_of(3, DType::s32, Layout::contiguous({scales}));
+    EXPECT_TRUE(r->can_implement(c).ok()) << r->can_implement(c).message();
+    return r->layout_for(c);
+  };
+  const Shape big = Shape::of({16384, 4096});
+  EXPECT_EQ(layout(QuantDesc::dynamic_per_group(DType::bf16, DType::s8, big, 128), 16384, 4096, 16384 * 32),
+            "rows-registers-vec16(tpr=16)");
+  EXPECT_EQ(layout(QuantDesc::dynamic_per_group(DType::bf16, DType::s4, big, 64), 16384, 4096, 16384 * 64),
+            "rows-registers-vec16(tpr=8)");
+  EXPECT_EQ(layout(QuantDesc::dynamic_per_token(DType::bf16, DType::u8, big, true), 16384, 4096, 16384),
+            "rows-registers-vec16(tpr=32)");
+}
+
+TEST(QuantArgs, DynamicBackwardIsQuantizeSte) {
+  auto d = QuantDesc::dynamic_per_group(DType::bf16, DType::u8, Shape::of({4, 64}), 32, true, Direction::Backward);
+  auto p = QuantPlan::select(kTarget, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_EQ(p->sku().dtypes, "bfloat16,uint8->bfloat16");
+  EXPECT_NE(p->precision().note.find("STE"), std::string::npos) << p->precision().note;
+  EXPECT_EQ(p->workspace_size(), 0u);
+  QuantArgs a;
+  a.dy = ref_of(0, DType::bf16, Layout::contiguous({4, 64}));
+  a.x = ref_of(1, DType::bf16, Layout::contiguous({4, 64}));
+  a.scale = ref_of(2, DType::f32, Layout::contiguous({4, 2}));
+  a.zero_point = ref_of(3, DType::s32, Layout::contiguous({4, 2}));
+  a.out = mut_of(4, DType::bf16, Layout::contiguous({4, 64}));
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  EXPECT_EQ(p->layout_for(a), "elementwise-vec16-unitscale");
+  auto b = a;
+  b.zero_point = {};
+  EXPECT_FAILS_WITH(p->can_implement(b), Status::InvalidProblem, "zero_point is required");
+  b = a;
+  b.scale_out = mut_of(5, DType::f32, Layout::contiguous({8}));
+  EXPECT_FAILS_WITH(p->can_implement(b), Status::InvalidProblem, "scale_out given");
+  b = a;
+  b.x.layout = strided({4, 64}, {1, 4});  // any strides: the elementwise kernel
+  EXPECT_EQ(p->layout_for(b), "elementwise-strided");
+}
+
+TEST(QuantPlanShape, LearnablePerGroup) {
+  auto mk = [](const Shape& s, int axis, int64_t g) {
+    auto d = QuantDesc::per_group(QuantOp::fake_quantize_learnable, DType::f32, DType::s32, s, axis, g, false,
+                                  Direction::Backward);
+    d.q_min = -8, d.q_max = 7;
+    return d;
+  };
+  // Groups along the last dim: a warp per group (consecutive elements).
+  auto w = QuantPlan::select(kTarget, mk(Shape::of({256, 4096}), 1, 128));
+  ASSERT_TRUE(w.ok()) << w.message();
+  EXPECT_TRUE(w->geometry().warps);
+  EXPECT_FALSE(w->geometry().columns);
+  EXPECT_EQ(w->geometry().splits, 1);
+  EXPECT_EQ(w->geometry().num_scales, 256 * 32);
+  EXPECT_EQ(w->workspace_size(), 256u * 32 * 2 * 4);
+  // Groups along axis 0 of [4096, 256]: 256 groups side by side, a thread each.
+  auto c = QuantPlan::select(kTarget, mk(Shape::of({4096, 256}), 0, 128));
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_TRUE(c->geometry().columns);
+  EXPECT_EQ(c->geometry().num_scales, 32 * 256);
+  // One long group: split in 4 slices of 4096.
+  auto l = QuantPlan::select(kTarget, mk(Shape::of({4, 16384}), -1, 16384));
+  ASSERT_TRUE(l.ok()) << l.message();
+  EXPECT_EQ(l->geometry().splits, 4);
+  EXPECT_EQ(l->workspace_size(), 256u);  // 4 groups x 4 splits x 2 floats, rounded to 256 bytes
+  QuantArgs a;
+  a.dy = ref_of(0, DType::f32, Layout::contiguous({256, 4096}));
+  a.x = ref_of(1, DType::f32, Layout::contiguous({256, 4096}));
+  a.scale = ref_of(2, DType::f32, Layout::contiguous({256, 32}));
+  a.zero_point = ref_of(3, DType::f32, Layout::contiguous({256, 32}));
+  a.out = mut_of(4, DType::f32, Layout::contiguous({256, 4096}));
+  a.dscale = mut_of(5, DType::f32, Layout::contiguous({256, 32}));
+  a.dzero_point = mut_of(6, DType::f32, Layout::contiguous({256, 32}));
+  EXPECT_TRUE(w->can_implement(a).ok()) << w->can_implement(a).message();
+  EXPECT_EQ(w->layout_for(a), "learnable-warps(splits=1)");
+  a.dscale.layout = Layout::contiguous({256});
+  EXPECT_FAILS_WITH(w->can_implement(a), Status::InvalidProblem, "dscale expected 8192 elements", "got 256");
+  // The forward: the per-channel formulas with a scale per group.
+  auto f = mk(Shape::of({256, 4096}), 1, 128);
+  f.direction = Direction::Forward;
+  auto fp = QuantPlan::select(kTarget, f);
+  ASSERT_TRUE(fp.ok()) << fp.message();
+  EXPECT_EQ(fp->sku().layout, "per_group(axis=1, group=128)");
+  QuantArgs b;
+  b.x = a.x;
+  b.scale = a.scale;
+  b.zero_point = a.zero_point;
+  b.out = a.out;
+  EXPECT_TRUE(fp->can_implement(b).ok()) << fp->can_implement(b).message();
+  EXPECT_EQ(fp->layout_for(b), "elementwise-vec16-unitscale");
+}
+
 // ---- workspace, variants, run refusals ---------------------------------------------------------------------
 TEST(QuantPlanShape, WorkspaceSizes) {
   EXPECT_EQ(QuantPlan::select(kTarget, qchan())->workspace_size(), 0u);
@@ -544,6 +723,17 @@ TEST(QuantPlanShape, SkuStrings) {
   ASSERT_TRUE(y.ok());
   EXPECT_NE(y->sku().layout.find("delayed, history=8"), std::string::npos);
   EXPECT_NE(y->precision().note.find("448"), std::string::npos);
+  auto as = QuantPlan::select(kTarget, QuantDesc::dynamic_per_token(DType::bf16, DType::u8, Shape::of({4, 4}), true));
+  ASSERT_TRUE(as.ok()) << as.message();
+  EXPECT_EQ(as->sku().dtypes, "bfloat16->uint8");
+  EXPECT_EQ(as->sku().layout, "dynamic-per_token");
+  EXPECT_EQ(as->sku().epilogue, "int32 zero point");
+  EXPECT_NE(as->precision().note.find("choose_qparams_per_token_asymmetric on [0, 255]"), std::string::npos)
+      << as->precision().note;
+  auto gs = QuantPlan::select(kTarget, QuantDesc::dynamic_per_group(DType::bf16, DType::s4, Shape::of({4, 64}), 32));
+  ASSERT_TRUE(gs.ok()) << gs.message();
+  EXPECT_EQ(gs->sku().layout, "dynamic-per_group(axis=1, group=32)");
+  EXPECT_NE(gs->precision().note.find("amax / 7"), std::string::npos) << gs->precision().note;
 }
 
 // ---- W8A8 linear ------------------------------------------------------------------------------------------

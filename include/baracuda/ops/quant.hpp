@@ -1,8 +1,9 @@
 // The quantization family (OPS.md P; issue 5 items 1, 2, 3, 4, 8): quantize / dequantize
 // (per-tensor, per-channel, per-token, per-group; symmetric or with zero points; int8, uint8,
 // packed int4 / uint4, fp8 e4m3 / e5m2), fake_quantize (torch's, bit for bit, and the learnable
-// LSQ variant), dynamic-range quantization (per-token int8 with the scale computed in the same
-// kernel; per-tensor fp8 with current or delayed scaling), forward and backward, the W8A8
+// LSQ variant per tensor, channel or group), dynamic-range quantization (per-token and per-group,
+// symmetric or asymmetric, with the scales and zero points computed in the same kernel as the
+// codes; per-tensor fp8 with current or delayed scaling), forward and backward, the W8A8
 // QuantizedLinearPlan and the W4A16 (int4 weight-only) W4A16LinearPlan.
 //
 //   auto d = QuantDesc::per_channel(QuantOp::quantize, DType::bf16, DType::s8, Shape::of({4096, 4096}), 0);
@@ -59,17 +60,45 @@
 //     by a two-stage reduction with a fixed partition: deterministic, bit-stable, f32 accumulation.
 //     Zero points arrive as float32: the forward uses clamp(rint(zp)), the per-tensor backward
 //     int64(clamp(zp + 0.5)), the per-channel backward clamp(rint(zp)) (torch's three rules).
-// dynamic_quantize (symmetric; qmax = q_max, 448 or 57344):
+//     Per-group is the per-channel op with each group a channel (torch's per-channel op on x viewed
+//     as [..., A/G, G, ...] with the groups' (scale, zero point) as channels): the same element
+//     formulas, dscale / dzero_point summed over each group's G elements (a warp per group, or a
+//     thread per group when groups are adjacent in memory), the same fixed two-stage partition.
+// dynamic_quantize, symmetric (zero_point_kind none; signed or fp8 q; qmax = q_max, 448 or 57344):
 //   scale = amax * (1 / qmax) in float32 (torch's `amax / qmax`: ATen divides by a scalar as a product
-//   with its reciprocal) (amax = max |x| of the row or tensor, NaN propagates), or 1 when
-//   amax is 0 or not finite; then the quantize formula above with that scale (zp = 0). Per-token:
-//   one kernel reads each row once (held in registers up to 65536 16-bit elements; a warp per
-//   4096-element row), writes the row's scale ([rows] float32) and its quantized values. Per-tensor current scaling:
-//   three launches (amax partials per CTA; one CTA reduces them and writes amax and scale; the cast reads that scale),
-//   x read twice. Delayed scaling (Transformer Engine's amax history, algorithm "max"): amax_history [H] float32, index
-//   0 = the most recent step. scale = max(history) / qmax, or the value in scale_out on entry when that max is 0 or not
-//   finite; x is quantized with it; then the history shifts by one (history[i] <- history[i-1], the oldest drops) and
-//   history[0] = amax(x); scale_out = the scale used.
+//   with its reciprocal) (amax = max |x| of the row, group or tensor, NaN propagates), or 1 when
+//   amax is 0 or not finite; then the quantize formula above with that scale (zp = 0). Per-token
+//   and per-group (groups of G along the last dim, scales [..., D/G]): one kernel reads each row or
+//   group once (held in registers up to 65536 16-bit elements; a warp per 4096-element row, a
+//   G/8-thread sub-warp per bf16 group of G <= 256: shuffles only), writes its scale ([rows] or
+//   [..., D/G] float32) and its quantized values.
+// dynamic_quantize, asymmetric (zero_point_kind int32; integer q; per-token or per-group): the
+//   scale and zero point of torch.ao's choose_qparams_per_token_asymmetric
+//   (torch/ao/quantization/fx/_decomposed.py, _choose_qparams_per_token_asymmetric_impl), with
+//   its int8 range [-128, 127] generalised to [q_min, q_max], op by op in the input's precision
+//   (rt = round to x's dtype for float16 / bfloat16, torch's ops on those tensors; float32 math for
+//   float32 and, on x.float(), float64):
+//     lo = min(min(x), 0), hi = max(max(x), 0) (NaN propagates)
+//     scale = max(rt(rt(hi - lo) * (1 / float(q_max - q_min))), 2^-23)   (clamp(min=float32 eps))
+//     dmin = rt(lo / scale), dmax = rt(hi / scale)
+//     zp = rt(rt(q_min + dmin) + rt(q_max + dmax)) > 0 ? rt(q_min - dmin) : rt(q_max - dmax)
+//     zp = rint(clamp(zp, q_min, q_max))
+//   (rows / groups holding inf or NaN follow the same float formulas; a NaN zero point is written
+//   as 0 and a NaN code as 0, where torch's result depends on its NaN -> integer conversion)
+//   and the codes of torch.ops.quantized_decomposed.quantize_per_token:
+//     q = clamp(rint(double(x_f) * (1.0 / double(scale)) + zp), q_min, q_max) in double (each op
+//     rounded; NaN -> 0); the kernel rounds in float with quant_magic's tie margin and redoes a
+//     16-byte unit in double when an element is within it (bf16 exact ties: ~0.06% of elements).
+//   Outputs: scale_out float32 (the exact value torch's float64 scale holds), zero_point_out int32.
+// dynamic_quantize backward (any granularity): quantize's straight-through estimator with the
+//   forward's scale (and zero point) given as `scale` / `zero_point`:
+//     dx = dy * 1[q_min <= rint(x / s) + zp <= q_max] (fp8: 1[|x / s| <= M]).
+// dynamic_quantize per-tensor (symmetric): current scaling: three launches (amax partials per CTA;
+//   one CTA reduces them and writes amax and scale; the cast reads that scale), x read twice.
+//   Delayed scaling (Transformer Engine's amax history, algorithm "max"): amax_history [H] float32,
+//   index 0 = the most recent step. scale = max(history) / qmax, or the value in scale_out on entry
+//   when that max is 0 or not finite; x is quantized with it; then the history shifts by one
+//   (history[i] <- history[i-1], the oldest drops) and history[0] = amax(x); scale_out = the scale used.
 //
 // ---- Packed int4 ---------------------------------------------------------------------------------------
 // s4 / u4 tensors hold two elements per byte along the last dim, element 2j in the low nibble and
@@ -172,8 +201,13 @@ struct QuantDesc {
   /// Groups of `group_size` along `axis`.
   static QuantDesc per_group(QuantOp op, DType dt, DType q, const Shape& shape, int axis, int64_t group_size,
                              bool symmetric = true, Direction dir = Direction::Forward);
-  /// dynamic_quantize: per-token (one scale per row, computed in the kernel).
-  static QuantDesc dynamic_per_token(DType dt, DType q, const Shape& shape);
+  /// dynamic_quantize: per-token (one scale per row, computed in the kernel); asymmetric: with an
+  /// int32 zero point per row (integer q).
+  static QuantDesc dynamic_per_token(DType dt, DType q, const Shape& shape, bool asymmetric = false,
+                                     Direction dir = Direction::Forward);
+  /// dynamic_quantize: per-group, groups of `group_size` along the last dim (scales [..., D/G]).
+  static QuantDesc dynamic_per_group(DType dt, DType q, const Shape& shape, int64_t group_size, bool asymmetric = false,
+                                     Direction dir = Direction::Forward);
   /// dynamic_quantize: per-tensor current scaling (history_len = 0) or delayed (history_len >= 1).
   static QuantDesc dynamic_per_tensor(DType dt, DType q, const Shape& shape, int64_t history_len = 0);
 };
@@ -190,9 +224,11 @@ struct QuantDesc {
 /// | fake_quantize bw             | dy, x, [scale], [zero_point]    | out (= dx)                                |
 /// | fake_quantize_learnable fw   | x, scale, zero_point (f32)      | out (= y), [mask]                         |
 /// | fake_quantize_learnable bw   | dy, x, scale, zero_point (f32)  | out (= dx), dscale, dzero_point           |
-/// | dynamic_quantize per_token   | x                               | out (= q), scale_out ([rows] f32)         |
+/// | dynamic_quantize per_token / | x                               | out (= q), scale_out ([rows] or [..., D/G]|
+/// |   per_group                  |                                 | f32), [zero_point_out] (int32, asymmetric)|
 /// | dynamic_quantize per_tensor  | x, [amax_history] (delayed)     | out (= q), scale_out ([1] f32; delayed:   |
 /// |                              |                                 | read first), [amax_out], amax_history     |
+/// | dynamic_quantize bw          | dy, x, scale, [zero_point]      | out (= dx)                                |
 ///
 /// [scale]/[zero_point]: device tensors unless per-tensor with a host scale; zero_point absent
 /// when symmetric. dscale/dzero_point have the scale's shape (float32).
@@ -205,6 +241,7 @@ struct QuantArgs {
   TensorMut out;
   TensorMut mask;
   TensorMut scale_out;
+  TensorMut zero_point_out;  ///< dynamic_quantize asymmetric: int32, one per scale
   TensorMut amax_out;
   TensorMut amax_history;
   TensorMut dscale;
@@ -231,19 +268,23 @@ class QuantPlan {
   /// The kernel run() takes for these tensors: "elementwise-vec16-unitscale" (16-byte units that
   /// each share one scale: per-tensor, per-channel over an outer axis, per-token, per-group along
   /// the last dim), "elementwise-vec16" (each element's scale from its position),
-  /// "elementwise-strided", "rows-<registers|streaming>-<vec16|scalar>(tpr=N)",
-  /// "tensor-amax+elementwise-...", "learnable-<rows|columns>", or "empty".
+  /// "elementwise-strided", "rows-<registers|streaming>-<vec16|scalar>(tpr=N)" (dynamic per-token /
+  /// per-group: N threads a row or group), "tensor-amax+elementwise-...",
+  /// "learnable-<rows|columns|warps>(splits=N)", or "empty".
   std::string layout_for(const QuantArgs& args) const;
 
   /// [O, A, I] around the axis, group size and the scale strides (see the header comment), and
-  /// the learnable backward's fixed partition: `splits` slices of each channel's O x I elements,
-  /// reduced by a CTA each, or (`columns`, channels innermost) by a thread per channel.
+  /// the learnable backward's fixed partition: `splits` slices of each channel's elements (O x I
+  /// per channel; per group: its G), reduced by a CTA each, by a thread per channel (`columns`:
+  /// channels innermost) or by a warp per group (`warps`: per-group with fewer than 32 channels
+  /// between a group's elements).
   struct Geometry {
     int64_t outer = 1, axis_len = 1, inner = 1, group = 1;
     int64_t s_outer = 0, s_axis = 0, s_inner = 0;
     int64_t num_scales = 1;
     int64_t splits = 1;
     bool columns = false;
+    bool warps = false;
   };
   const Geometry& geometry() const { return geo_; }
 

@@ -13,11 +13,8 @@ namespace {
 
 QuantDesc probe(const QuantOpInfo& in, DType dt, DType q, Direction dir) {
   const Shape s = Shape::of({4, 8});
-  if (in.engine == QuantEngine::dynamic) {
-    QuantDesc d = QuantDesc::dynamic_per_token(dt, q, s);
-    d.direction = dir;
-    return d;
-  }
+  if (in.engine == QuantEngine::dynamic)  // unsigned codes are asymmetric only
+    return QuantDesc::dynamic_per_token(dt, q, s, q == DType::u8 || q == DType::u4, dir);
   QuantDesc d = QuantDesc::per_tensor(in.op, dt, q, s, 0.5, 0, dir);
   if (in.op == QuantOp::fake_quantize || in.op == QuantOp::fake_quantize_learnable) {
     d.q_min = 0;

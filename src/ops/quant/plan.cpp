@@ -161,8 +161,15 @@ QuantDesc QuantDesc::per_group(QuantOp op, DType dt, DType q, const Shape& shape
   d.group_size = group_size;
   return d;
 }
-QuantDesc QuantDesc::dynamic_per_token(DType dt, DType q, const Shape& shape) {
-  return base_desc(QuantOp::dynamic_quantize, dt, q, shape, QuantGranularity::per_token, true, Direction::Forward);
+QuantDesc QuantDesc::dynamic_per_token(DType dt, DType q, const Shape& shape, bool asymmetric, Direction dir) {
+  return base_desc(QuantOp::dynamic_quantize, dt, q, shape, QuantGranularity::per_token, !asymmetric, dir);
+}
+QuantDesc QuantDesc::dynamic_per_group(DType dt, DType q, const Shape& shape, int64_t group_size, bool asymmetric,
+                                       Direction dir) {
+  QuantDesc d = base_desc(QuantOp::dynamic_quantize, dt, q, shape, QuantGranularity::per_group, !asymmetric, dir);
+  d.axis = -1;
+  d.group_size = group_size;
+  return d;
 }
 QuantDesc QuantDesc::dynamic_per_tensor(DType dt, DType q, const Shape& shape, int64_t history_len) {
   QuantDesc d =
@@ -177,6 +184,12 @@ QuantDesc QuantDesc::dynamic_per_tensor(DType dt, DType q, const Shape& shape, i
 namespace {
 const char* linear_plan_of(QuantOp op) {
   return op == QuantOp::w4a16_linear ? "W4A16LinearPlan" : "QuantizedLinearPlan";
+}
+
+/// dynamic per-token / per-group forward: the rows kernel (one read of x per row or group).
+bool rows_step(const QuantDesc& d) {
+  return d.op == QuantOp::dynamic_quantize && d.direction == Direction::Forward &&
+         (d.granularity == QuantGranularity::per_token || d.granularity == QuantGranularity::per_group);
 }
 
 bool host_scaled(const QuantDesc& d) {
@@ -230,8 +243,6 @@ Result<void> check_desc(const QuantDesc& d) {
   const bool fake = d.op == QuantOp::fake_quantize || d.op == QuantOp::fake_quantize_learnable;
   if (is_fp8(d.q_dtype) && d.zero_point_kind != QuantZeroPoint::none)
     return invalid(label + ": " + dname(d.q_dtype) + " takes no zero point (expected zero_point_kind=none)");
-  if (in.engine == QuantEngine::dynamic && d.zero_point_kind != QuantZeroPoint::none)
-    return invalid(label + ": dynamic quantization is symmetric (expected zero_point_kind=none)");
   if (d.op == QuantOp::fake_quantize_learnable && d.zero_point_kind != QuantZeroPoint::float32)
     return invalid(label + ": the learnable zero point is a float32 tensor (expected zero_point_kind=float32)");
   if (d.zero_point_kind == QuantZeroPoint::float32 &&
@@ -259,8 +270,30 @@ Result<void> check_desc(const QuantDesc& d) {
       return invalid(label + ": grad_factor expected finite, got " + std::to_string(d.grad_factor));
   }
   if (in.engine == QuantEngine::dynamic) {
-    if (!is_fp8(d.q_dtype) && d.q_max <= 0)
+    const bool asym = d.zero_point_kind != QuantZeroPoint::none;
+    if (asym && d.granularity == QuantGranularity::per_tensor)
+      return invalid(label +
+                     ": asymmetric dynamic quantization is per_token or per_group (expected zero_point_kind=none "
+                     "for per_tensor)");
+    if (asym && d.q_max <= d.q_min)
+      return invalid(label + ": asymmetric dynamic quantization divides max - min by q_max - q_min: expected " +
+                     "q_max > q_min, got [" + str(d.q_min) + ", " + str(d.q_max) + "]");
+    if (!asym && !is_fp8(d.q_dtype) && d.q_min >= 0)
+      return invalid(label + ": symmetric dynamic quantization to " + dname(d.q_dtype) +
+                     " would clamp every negative value to q_min=" + str(d.q_min) +
+                     " (expected a signed q_dtype, or zero_point_kind=int32: asymmetric)");
+    if (!asym && !is_fp8(d.q_dtype) && d.q_max <= 0)
       return invalid(label + ": dynamic quantization divides amax by q_max: expected q_max > 0, got " + str(d.q_max));
+    if (d.granularity == QuantGranularity::per_group) {
+      if ((d.axis < 0 ? d.axis + r : d.axis) != r - 1)
+        return invalid(label + ": dynamic per_group quantizes groups along the last dim: axis expected -1 (or " +
+                       str(r - 1) + "), got " + str(d.axis));
+      if (is_packed(d.q_dtype) && d.group_size % 2 != 0)
+        return invalid(label + ": " + dname(d.q_dtype) + " groups must fill whole bytes (two codes a byte): " +
+                       "group_size expected even, got " + str(d.group_size));
+    }
+    if (bw && d.delayed)
+      return invalid(label + ": the backward reads the forward's scale (delayed scaling applies to the forward only)");
     if (d.delayed && d.granularity != QuantGranularity::per_tensor)
       return invalid(label + ": delayed scaling is per-tensor (expected granularity per_tensor)");
     if (d.delayed && d.history_len < 1)
@@ -270,8 +303,8 @@ Result<void> check_desc(const QuantDesc& d) {
     return invalid(label + ": history_len expected 0 without delayed scaling, got " + str(d.history_len));
   if (d.delayed && in.engine != QuantEngine::dynamic)
     return invalid(label + ": delayed scaling belongs to dynamic_quantize");
-  if (d.record_amax && !(d.op == QuantOp::quantize && !bw) && in.engine != QuantEngine::dynamic)
-    return invalid(label + ": record_amax applies to quantize's forward and dynamic_quantize");
+  if (d.record_amax && (bw || (d.op != QuantOp::quantize && in.engine != QuantEngine::dynamic)))
+    return invalid(label + ": record_amax applies to the forward of quantize and dynamic_quantize");
   return {};
 }
 
@@ -316,6 +349,7 @@ constexpr QuantImpl kQuantImpls[] = {{"native", native_accepts}};
 
 constexpr int64_t kLearnRowsPerSplit = 8192;  ///< elements a CTA reduces (rows mapping)
 constexpr int64_t kLearnColsPerSplit = 256;   ///< elements a thread reduces (columns mapping)
+constexpr int64_t kLearnWarpPerSplit = 4096;  ///< elements a warp reduces (per-group warps mapping)
 constexpr int64_t kLearnMaxSplits = 1024;
 
 QuantPlan::Geometry geometry_of(const QuantDesc& d) {
@@ -356,16 +390,37 @@ QuantPlan::Geometry geometry_of(const QuantDesc& d) {
     }
   }
   if (d.op == QuantOp::fake_quantize_learnable && d.direction == Direction::Backward) {
-    const int64_t len = g.outer * g.inner;
-    const int64_t channels = d.granularity == QuantGranularity::per_tensor ? 1 : g.axis_len;
-    g.columns = channels >= 32 && g.inner < 32;
-    const int64_t per = g.columns ? kLearnColsPerSplit : kLearnRowsPerSplit;
+    int64_t per = kLearnRowsPerSplit, len = g.outer * g.inner;
+    if (d.granularity == QuantGranularity::per_group) {
+      // Each group's G elements lie I apart: with 32 or more groups side by side (I >= 32) a thread per
+      // group reads adjacent addresses across the warp; otherwise a warp reads a group's elements.
+      len = g.group;
+      g.columns = g.inner >= 32;
+      g.warps = !g.columns;
+      per = g.columns ? kLearnColsPerSplit : kLearnWarpPerSplit;
+    } else {
+      const int64_t channels = d.granularity == QuantGranularity::per_tensor ? 1 : g.axis_len;
+      g.columns = channels >= 32 && g.inner < 32;
+      if (g.columns) per = kLearnColsPerSplit;
+    }
     g.splits = std::clamp<int64_t>((len + per - 1) / per, 1, kLearnMaxSplits);
   }
   return g;
 }
 
 size_t round256(size_t b) { return (b + 255) / 256 * 256; }
+
+/// The (scale, zero point) pairs the learnable backward sums into: 1, one per channel, one per group.
+int64_t learn_channels(const QuantDesc& d, const QuantPlan::Geometry& g) {
+  switch (d.granularity) {
+    case QuantGranularity::per_tensor:
+      return 1;
+    case QuantGranularity::per_group:
+      return g.num_scales;
+    default:
+      return g.axis_len;
+  }
+}
 }  // namespace
 
 Result<QuantPlan> QuantPlan::select(const Target& target, const QuantDesc& desc, const PlanPreference& pref) {
@@ -389,21 +444,21 @@ Result<QuantPlan> QuantPlan::select(const Target& target, const QuantDesc& desc,
   // Workspace: amax partials (one float per CTA of the elementwise or amax kernel), or the
   // learnable backward's (dscale, dzero_point) partials per (channel, split).
   if ((desc.op == QuantOp::quantize && !bw && desc.record_amax) ||
-      (engine == QuantEngine::dynamic && desc.granularity == QuantGranularity::per_tensor))
+      (engine == QuantEngine::dynamic && !bw && desc.granularity == QuantGranularity::per_tensor))
     p.workspace_bytes_ = round256(sizeof(float) * static_cast<size_t>(detail::kQuantMaxGrid));
-  if (desc.op == QuantOp::fake_quantize_learnable && bw) {
-    const int64_t channels = desc.granularity == QuantGranularity::per_tensor ? 1 : p.geo_.axis_len;
-    p.workspace_bytes_ = round256(sizeof(float) * 2 * static_cast<size_t>(channels * p.geo_.splits));
-  }
+  if (desc.op == QuantOp::fake_quantize_learnable && bw)
+    p.workspace_bytes_ =
+        round256(sizeof(float) * 2 * static_cast<size_t>(learn_channels(desc, p.geo_) * p.geo_.splits));
 
   KernelSku& s = p.sku_;
   s.category = "quant";
   s.op = label;
   const bool q_in = desc.op == QuantOp::dequantize && !bw;
-  const bool q_out = (desc.op == QuantOp::quantize && !bw) || engine == QuantEngine::dynamic;
+  const bool q_out = (desc.op == QuantOp::quantize || engine == QuantEngine::dynamic) && !bw;
   s.dtypes = q_in ? dname(desc.q_dtype) + "->" + dname(desc.dtype)
                   : dname(desc.dtype) + "->" + (q_out ? dname(desc.q_dtype) : dname(desc.dtype));
-  if (bw && (desc.op == QuantOp::quantize || desc.op == QuantOp::dequantize))  // the q dtype sets the STE bounds
+  if (bw && (desc.op == QuantOp::quantize || desc.op == QuantOp::dequantize ||
+             desc.op == QuantOp::dynamic_quantize))  // the q dtype sets the STE bounds
     s.dtypes = dname(desc.dtype) + "," + dname(desc.q_dtype) + "->" + dname(desc.dtype);
   s.arch = target.sm >= 90 ? "sm_90a" : "sm_80";
   s.backend = Backend::Native;
@@ -448,9 +503,15 @@ Result<QuantPlan> QuantPlan::select(const Target& target, const QuantDesc& desc,
       break;
     case QuantOp::dynamic_quantize:
       g.math = DType::f32;
-      g.note = "scale = amax / " +
-               (fp8 ? std::string(desc.q_dtype == DType::f8e4m3 ? "448" : "57344") : str(desc.q_max)) +
-               " (1 when amax is 0 or not finite)" + (desc.delayed ? ", from the amax history (max)" : "");
+      if (bw)
+        g.note = fp8 ? "STE: dy * 1[|x / scale| <= fp8 max]" : "STE: dy * 1[q_min <= rint(x / scale) + zp <= q_max]";
+      else if (desc.zero_point_kind != QuantZeroPoint::none)
+        g.note = "torch.ao choose_qparams_per_token_asymmetric on [" + str(desc.q_min) + ", " + str(desc.q_max) +
+                 "] in the input's precision + quantize_per_token's codes (double near ties)";
+      else
+        g.note = "scale = amax / " +
+                 (fp8 ? std::string(desc.q_dtype == DType::f8e4m3 ? "448" : "57344") : str(desc.q_max)) +
+                 " (1 when amax is 0 or not finite)" + (desc.delayed ? ", from the amax history (max)" : "");
       break;
     case QuantOp::quantized_linear:
     case QuantOp::w4a16_linear:
@@ -475,7 +536,8 @@ struct Operand {
 /// Roles of one call: what it reads and writes (see the table in quant.hpp).
 struct Roles {
   bool x = false, q = false, dy = false, scale = false, zero_point = false;
-  bool out_q = false, out_fp = false, mask = false, scale_out = false, amax_out = false, history = false;
+  bool out_q = false, out_fp = false, mask = false, scale_out = false, zero_point_out = false, amax_out = false;
+  bool history = false;
   bool dscale = false;
 };
 
@@ -506,8 +568,14 @@ Roles roles_of(const QuantDesc& d) {
       break;
     case QuantOp::dynamic_quantize:
       r.x = true;
+      if (bw) {  // quantize's STE with the forward's scale and zero point
+        r.dy = r.out_fp = r.scale = true;
+        r.zero_point = zp;
+        return r;
+      }
       r.out_q = true;
       r.scale_out = true;
+      r.zero_point_out = zp;
       r.amax_out = d.granularity == QuantGranularity::per_tensor;
       r.history = d.delayed;
       return r;
@@ -536,6 +604,7 @@ Result<void> QuantPlan::can_implement(const QuantArgs& a) const {
   BARACUDA_TRY(must_not(given(a.zero_point) && !r.zero_point, "zero_point"));
   BARACUDA_TRY(must_not(given(a.mask) && !r.mask, "mask"));
   BARACUDA_TRY(must_not(given(a.scale_out) && !r.scale_out, "scale_out"));
+  BARACUDA_TRY(must_not(given(a.zero_point_out) && !r.zero_point_out, "zero_point_out"));
   BARACUDA_TRY(must_not(given(a.amax_out) && !r.amax_out, "amax_out"));
   BARACUDA_TRY(must_not(given(a.amax_history) && !r.history, "amax_history"));
   BARACUDA_TRY(must_not(given(a.dscale) && !r.dscale, "dscale"));
@@ -568,7 +637,8 @@ Result<void> QuantPlan::can_implement(const QuantArgs& a) const {
   if (r.mask) mut("mask", a.mask, DType::b8, Kind::Fp, false);
   if (r.scale_out)
     mut("scale_out", a.scale_out, DType::f32, Kind::Vec, true,
-        desc_.granularity == QuantGranularity::per_token ? geo_.num_scales : 1);
+        desc_.granularity == QuantGranularity::per_tensor ? 1 : geo_.num_scales);
+  if (r.zero_point_out) mut("zero_point_out", a.zero_point_out, DType::s32, Kind::Vec, true, geo_.num_scales);
   if (r.amax_out) mut("amax_out", a.amax_out, DType::f32, Kind::Vec, desc_.op == QuantOp::quantize, 1);
   if (r.history) mut("amax_history", a.amax_history, DType::f32, Kind::Vec, true, desc_.history_len);
   if (r.dscale) {
@@ -625,8 +695,8 @@ Result<void> QuantPlan::can_implement(const QuantArgs& a) const {
                        !(desc_.op == QuantOp::fake_quantize_learnable && desc_.direction == Direction::Backward)});
   }
   BARACUDA_TRY(detail::check_operands(label, ops));
-  // dynamic per-token reads x as [rows, D]: the leading dims must merge into one row stride.
-  if (desc_.op == QuantOp::dynamic_quantize && desc_.granularity == QuantGranularity::per_token && numel > 0) {
+  // dynamic per-token / per-group reads x as [rows, D]: the leading dims must merge into one row stride.
+  if (rows_step(desc_) && numel > 0) {
     const Layout& l = a.x.layout;
     int64_t expect = -1;
     for (int d = l.rank - 2; d >= 0; --d) {
@@ -774,14 +844,20 @@ void rows_config(int64_t n, int w, detail::QuantLaunch* p) {
   p->block = p->tpr > 32 ? p->tpr : 128;  // a group wider than a warp is the whole CTA (group_nanmax)
 }
 
+/// The rows kernel's view of x: `rows` rows of n elements (per-token: the rows of the last dim;
+/// per-group: group_rows = D / G groups of each), the token stride and the column stride.
 struct RowsGeom {
-  int64_t rows = 0, n = 0, row_stride = 0, col_stride = 1;
+  int64_t rows = 0, n = 0, group_rows = 1, row_stride = 0, col_stride = 1;
 };
 RowsGeom rows_geom(const QuantDesc& d, const Layout& x) {
   RowsGeom g;
   const int r = d.shape.rank;
   g.n = d.shape.dims[r - 1];
-  g.rows = 1;
+  if (d.granularity == QuantGranularity::per_group) {
+    g.group_rows = g.n / d.group_size;
+    g.n = d.group_size;
+  }
+  g.rows = g.group_rows;
   for (int i = 0; i < r - 1; ++i) g.rows *= d.shape.dims[i];
   g.col_stride = x.stride[r - 1];
   for (int i = r - 2; i >= 0; --i)  // the leading dims merge (can_implement): the innermost one's stride
@@ -792,27 +868,38 @@ RowsGeom rows_geom(const QuantDesc& d, const Layout& x) {
   return g;
 }
 
+/// 16-byte vectors: unit column stride, rows (groups) of whole vectors, 16-byte aligned x rows and
+/// q aligned to a vector's codes.
 bool rows_vec(const QuantDesc& d, const QuantArgs& a, const RowsGeom& g, bool allow) {
   const int w = 16 / size_in_bytes(d.dtype);
-  return allow && (g.col_stride == 1 || g.n <= 1) && g.n % w == 0 && g.row_stride % w == 0 && aligned(a.x.data, 16) &&
-         aligned(a.out.data, static_cast<size_t>(w));
+  const size_t qbytes = static_cast<size_t>(is_packed(d.q_dtype) ? w / 2 : w);
+  return allow && (g.col_stride == 1 || (g.n <= 1 && g.group_rows == 1)) && g.n % w == 0 && g.row_stride % w == 0 &&
+         aligned(a.x.data, 16) && aligned(a.out.data, qbytes);
+}
+
+/// Elements a vector of the rows kernel holds: 16 bytes, or on the strided path one element (two
+/// for packed int4: a thread writes whole bytes).
+int rows_width(const QuantDesc& d, bool vec) {
+  return vec ? 16 / size_in_bytes(d.dtype) : is_packed(d.q_dtype) ? 2 : 1;
 }
 }  // namespace
 
 std::string QuantPlan::layout_for(const QuantArgs& a) const {
   const int64_t numel = desc_.shape.numel();
-  if (desc_.op == QuantOp::dynamic_quantize && desc_.granularity == QuantGranularity::per_token) {
+  if (rows_step(desc_)) {
     if (numel == 0) return "empty";
     const RowsGeom g = rows_geom(desc_, a.x.layout);
     detail::QuantLaunch p;
     const bool vec = rows_vec(desc_, a, g, allow_vectorized_);
-    rows_config(g.n, vec ? 16 / size_in_bytes(desc_.dtype) : 1, &p);
+    rows_config(g.n, rows_width(desc_, vec), &p);
     return std::string("rows-") + (p.cached ? "registers" : "streaming") + "-" + (vec ? "vec16" : "scalar") +
            "(tpr=" + str(p.tpr) + ")";
   }
   if (numel == 0) return "empty";
-  if (desc_.op == QuantOp::fake_quantize_learnable && desc_.direction == Direction::Backward)
-    return std::string("learnable-") + (geo_.columns ? "columns" : "rows") + "(splits=" + str(geo_.splits) + ")";
+  if (desc_.op == QuantOp::fake_quantize_learnable && desc_.direction == Direction::Backward) {
+    const char* mapping = geo_.columns ? "columns" : (geo_.warps ? "warps" : "rows");
+    return std::string("learnable-") + mapping + "(splits=" + str(geo_.splits) + ")";
+  }
   detail::QuantLaunch p;
   p.q_in = desc_.op == QuantOp::dequantize && desc_.direction == Direction::Forward ? a.q.data : nullptr;
   p.q_out =
@@ -823,7 +910,8 @@ std::string QuantPlan::layout_for(const QuantArgs& a) const {
   set_scale_runs(desc_, geo_, size_in_bytes(desc_.dtype), &p);
   std::string s =
       p.vec ? (p.unit_uniform ? "elementwise-vec16-unitscale" : "elementwise-vec16") : "elementwise-strided";
-  if (desc_.op == QuantOp::dynamic_quantize) s = (desc_.delayed ? "delayed+" : "tensor-amax+") + s;
+  if (desc_.op == QuantOp::dynamic_quantize && desc_.direction == Direction::Forward)
+    s = (desc_.delayed ? "delayed+" : "tensor-amax+") + s;
   return s;
 }
 
@@ -880,21 +968,24 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
   const int es = size_in_bytes(desc_.dtype);
   float* partials = static_cast<float*>(ws.ptr);
 
-  // ---- dynamic --------------------------------------------------------------------------------------
-  if (engine == QuantEngine::dynamic) {
-    p.zp_mode = detail::QuantZpMode::none;
-    if (desc_.granularity == QuantGranularity::per_token) {
+  // ---- dynamic forward -------------------------------------------------------------------------------
+  if (engine == QuantEngine::dynamic && !bw) {
+    if (rows_step(desc_)) {
       const RowsGeom g = rows_geom(desc_, a.x.layout);
       if (g.rows == 0) return {};
       p.step = detail::QuantStep::rows;
       p.rows = g.rows, p.n = g.n, p.x_row_stride = g.row_stride, p.x_col_stride = g.col_stride;
+      p.group_rows = g.group_rows;
+      p.div_group_rows = detail::make_divisor(static_cast<uint64_t>(g.group_rows));
       p.fp[detail::kQIn0] = a.x.data;
       p.q_out = a.out.data;
       p.scale_out = static_cast<float*>(a.scale_out.data);
+      p.zero_point_out = static_cast<int32_t*>(a.zero_point_out.data);  // asymmetric: zp_mode int32
       p.vec = rows_vec(desc_, a, g, allow_vectorized_);
-      rows_config(g.n, p.vec ? 16 / es : 1, &p);
+      rows_config(g.n, rows_width(desc_, p.vec), &p);
       return go(p);
     }
+    p.zp_mode = detail::QuantZpMode::none;
     p.scale_out = static_cast<float*>(a.scale_out.data);
     p.amax_out = static_cast<float*>(a.amax_out.data);
     p.q_out = a.out.data;
@@ -943,14 +1034,17 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
 
   // ---- learnable backward ---------------------------------------------------------------------------
   if (desc_.op == QuantOp::fake_quantize_learnable && bw) {
-    const bool per_channel = desc_.granularity != QuantGranularity::per_tensor;
+    const bool per_channel = desc_.granularity != QuantGranularity::per_tensor;  // per-group: the same rules
     p.axis_len = per_channel ? geo_.axis_len : 1;
     p.outer = per_channel ? geo_.outer : 1;
     p.inner = per_channel ? geo_.inner : numel;
     p.per_channel = per_channel;
+    p.per_group = desc_.granularity == QuantGranularity::per_group;
+    p.channels = learn_channels(desc_, geo_);
     p.zp_mode = per_channel ? detail::QuantZpMode::round_clamp : detail::QuantZpMode::half_up_clamp;
     p.grad_factor = static_cast<float>(desc_.grad_factor);
     p.columns = geo_.columns;
+    p.warps = geo_.warps;
     p.splits = geo_.splits;
     p.partial = partials;
     p.dscale = static_cast<float*>(a.dscale.data);
@@ -986,6 +1080,9 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
       break;
     case QuantOp::dequantize:
       p.elem = bw ? detail::QuantElemOp::dequant_bw : detail::QuantElemOp::dequant_fw;
+      break;
+    case QuantOp::dynamic_quantize:  // the backward (the forward returned above): quantize's STE
+      p.elem = detail::QuantElemOp::quant_bw;
       break;
     default:
       p.elem = bw ? detail::QuantElemOp::fake_bw : detail::QuantElemOp::fake_fw;

@@ -8,15 +8,14 @@
 //    16-byte units with each element's scale from its position (o, a, i) around the axis, and a
 //    strided variant for any floating-point strides. Index arithmetic divides by launch constants
 //    with multiply-high (QuantDivisor): a 64-bit `/` is a ~70-instruction subroutine.
-//  - rows_kernel<T, Q, W, vecs, cached>: dynamic per-token quantization. A group of tpr threads
-//    owns a row (a warp per 4096-element 16-bit row), reads it once into registers as raw 16-byte
-//    words (or streams it twice when too long), reduces max |x| (unsigned max on the bit patterns,
-//    shuffles, a shared-memory step past a warp), writes the row's scale and the quantized row.
+//  - rows_kernel (quant_rows.cuh, its own translation units): dynamic per-token and per-group
+//    quantization, symmetric or asymmetric, one read of x.
 //  - amax_kernel / finalize_kernel: per-tensor amax in two stages (partials per CTA, one CTA
 //    reduces them), the scale from it (current scaling) or from the amax history (delayed), and
 //    the history shift.
 //  - learn_bw_kernel / learn_sum_kernel: the LSQ backward with a fixed partition of each
-//    channel's elements into splits (partial sums in the workspace), then a fixed-order sum.
+//    channel's (or group's) elements into splits (partial sums in the workspace), then a
+//    fixed-order sum.
 //
 // Bit-exactness notes (see quant.hpp for the formulas): the fast paths compute torch's results
 // exactly, not approximately: integer quantize rounds x * (1 / s) with a magic-number FMA and checks
@@ -1123,118 +1122,6 @@ __global__ void __launch_bounds__(detail::kQuantBlock) finalize_kernel(const Qua
   }
 }
 
-// ---- dynamic per-token rows --------------------------------------------------------------------------
-/// Max over the tpr threads of a group (tpr a power of two; > 32 means one group per CTA). Every
-/// thread of the group gets the result.
-__device__ __forceinline__ float group_nanmax(float v, int tpr, float* red) {
-  const int width = tpr < 32 ? tpr : 32;
-  for (int o = width / 2; o > 0; o >>= 1) v = nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if (tpr > 32) {
-    __syncthreads();  // red[] may still be read by the previous row's threads
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
-    __syncthreads();
-    v = red[0];
-    for (int w = 1; w < tpr / 32; ++w) v = nanmax(v, red[w]);
-  }
-  return v;
-}
-
-/// One row element's code (scalar rows): the per-element forms of quant_unit.
-template <class Q>
-__device__ __forceinline__ uint8_t row_quant(float xf, const QParams& q, float ylo, float yhi, const QuantLaunch& p) {
-  if constexpr (kFp8<Q>)
-    return convert<Q>(fp8_quot(xf, q), true).__x;
-  else
-    return static_cast<uint8_t>(quant_int_one(xf, q, p, ylo, yhi));
-}
-
-/// kW elements a vector (16 bytes, or 1 element on the strided path), kVecs vectors a thread. The
-/// row is held as raw 16-byte words (16-bit types stay two a register) and decoded at use.
-template <class T, class Q, int kW, int kVecs, bool kCached>
-__global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantLaunch p) {
-  using V = cuda::std::conditional_t<(kW > 1), uint4, T>;
-  __shared__ float red[detail::kQuantMaxTpr / 32];
-  const int tpr = p.tpr;
-  const int lane = threadIdx.x % tpr, g = threadIdx.x / tpr, groups = blockDim.x / tpr;
-  const int64_t chunk = static_cast<int64_t>(tpr) * kW * kVecs;
-  const T* xbase = static_cast<const T*>(p.fp[detail::kQIn0]);
-  const float ylo = 0x1.8p23f + static_cast<float>(p.q_min), yhi = 0x1.8p23f + static_cast<float>(p.q_max);
-  for (int64_t rb = blockIdx.x; rb * groups < p.rows; rb += gridDim.x) {
-    const int64_t row = rb * groups + g;
-    const bool valid = row < p.rows;
-    const T* x = xbase + (valid ? row * p.x_row_stride : 0);
-    uint8_t* q = static_cast<uint8_t*>(p.q_out) + (valid ? row * p.n : 0);
-    V v[kVecs];
-    auto col_of = [&](int64_t base, int c) {
-      return base + (static_cast<int64_t>(lane) + static_cast<int64_t>(c) * tpr) * kW;
-    };
-    auto load_chunk = [&](int64_t base) {
-#pragma unroll
-      for (int c = 0; c < kVecs; ++c) {
-        const int64_t col = col_of(base, c);
-        if (valid && col < p.n) {
-          if constexpr (kW > 1)
-            v[c] = *reinterpret_cast<const uint4*>(x + col);
-          else
-            v[c] = x[col * p.x_col_stride];
-        } else {
-          v[c] = V{};  // +0 does not raise max |x|
-        }
-      }
-    };
-    AbsMax<T> am;
-    auto chunk_amax = [&] {
-#pragma unroll
-      for (int c = 0; c < kVecs; ++c) {
-        if constexpr (kW > 1) {
-          const uint32_t w[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
-          am.add_words(w);
-        } else {
-          am.add_one(v[c]);
-        }
-      }
-    };
-    if constexpr (kCached) {
-      load_chunk(0);
-      chunk_amax();
-    } else {
-      for (int64_t base = 0; base < p.n; base += chunk) {
-        load_chunk(base);
-        chunk_amax();
-      }
-    }
-    const float amax = group_nanmax(am.value(), tpr, red);
-    QParams qp;
-    qp.s = scale_of(amax, p.q_scale_max, 1.f);
-    finish_qparams(p, qp);
-    if (valid && lane == 0) p.scale_out[row] = qp.s;
-    auto store_chunk = [&](int64_t base) {
-#pragma unroll
-      for (int c = 0; c < kVecs; ++c) {
-        const int64_t col = col_of(base, c);
-        if (valid && col < p.n) {
-          if constexpr (kW > 1) {
-            const uint32_t a[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
-            uint32_t w[kCodeWords<Q, kW>];
-            quant_unit<T, Q, kW, true>(a, qp, ylo, yhi, p, w);
-            store_bytes<kW>(q + col, w);
-          } else {
-            q[col] = row_quant<Q>(to_f32(v[c]), qp, ylo, yhi, p);
-          }
-        }
-      }
-    };
-    if constexpr (kCached) {
-      store_chunk(0);
-    } else {
-      for (int64_t base = 0; base < p.n; base += chunk) {
-        load_chunk(base);
-        store_chunk(base);
-      }
-    }
-  }
-}
-
 // ---- learnable (LSQ) backward -----------------------------------------------------------------------
 /// One element of torch's _fake_quantize_grad_learnable_{tensor,channel}_kernel_cuda: returns dx
 /// and adds the dscale / dzero_point contributions.
@@ -1274,51 +1161,96 @@ __device__ __forceinline__ void block_sum2(float* a, float* b) {
   __syncthreads();
 }
 
+/// Where the elements of one learnable channel (one (scale, zero point) pair) lie, element j of
+/// len. Per channel (per tensor: A = 1): channel a holds (o, a, i) for j = o * I + i. Per group:
+/// channel c is the scale index (o, g, i) of scales [O, A/G, I] and holds (o, g * G + j, i), j < G,
+/// elements I apart.
+struct LearnChannel {
+  int64_t base = 0;
+  __device__ __forceinline__ LearnChannel(const QuantLaunch& p, int64_t c) {
+    if (p.per_group) {
+      const int64_t per_o = p.axis_len / p.group * p.inner;
+      const int64_t o = c / per_o, r = c - o * per_o, g = r / p.inner, i = r - g * p.inner;
+      base = (o * p.axis_len + g * p.group) * p.inner + i;
+    } else {
+      base = c * p.inner;
+    }
+  }
+  __device__ __forceinline__ int64_t element(const QuantLaunch& p, int64_t j) const {
+    if (p.per_group) return base + j * p.inner;
+    const int64_t o = j / p.inner;
+    return base + o * p.axis_len * p.inner + (j - o * p.inner);
+  }
+};
+
+/// The partial sums of each (channel, split): a CTA per (split, channel) (threads over the split's
+/// elements, a fixed tree in shared memory), a thread per channel (`columns`: channels innermost,
+/// so adjacent threads read adjacent addresses), or a warp per (split, group) (`warps`: per-group
+/// groups of consecutive or nearly consecutive elements, lanes over the group, a fixed shuffle
+/// tree). Each is a fixed partition and a fixed order: deterministic and bit-stable.
 template <class T>
 __global__ void __launch_bounds__(detail::kQuantBlock) learn_bw_kernel(const QuantLaunch p) {
   const T* dy = static_cast<const T*>(p.fp[detail::kQIn0]);
   const T* x = static_cast<const T*>(p.fp[detail::kQIn1]);
   T* dx = static_cast<T*>(const_cast<void*>(p.fp[detail::kQOut]));
-  const int64_t A = p.axis_len, I = p.inner, len = p.outer * p.inner;
+  const int64_t C = p.channels, len = p.per_group ? p.group : p.outer * p.inner;
   const int64_t per = (len + p.splits - 1) / p.splits;
-  auto element = [&](int64_t a, int64_t j, const QParams& q, float* ds, float* dz) {
-    const int64_t o = j / I, i = j - (j / I) * I;
-    const int64_t e = (o * A + a) * I + i;
+  auto element = [&](const LearnChannel& ch, int64_t j, const QParams& q, float* ds, float* dz) {
+    const int64_t e = ch.element(p, j);
     int64_t off[detail::kQuantSlots] = {e, e, e, e};
     if (!p.vec) fp_offsets(p, e, off);
     const float r = learn_one(p, q, to_f32(x[off[detail::kQIn1]]), to_f32(dy[off[detail::kQIn0]]), ds, dz);
     dx[off[detail::kQOut]] = convert<T>(r);
   };
-  if (!p.columns) {  // a CTA per (split, channel), threads over the split's elements
+  auto store = [&](int64_t c, int64_t split, float ds, float dz) {
+    p.partial[(c * p.splits + split) * 2] = ds;
+    p.partial[(c * p.splits + split) * 2 + 1] = dz;
+  };
+  if (p.warps) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = blockDim.x / 32;
     const int64_t split = blockIdx.x;
     const int64_t start = split * per, end = start + per < len ? start + per : len;
-    for (int64_t a = blockIdx.y; a < A; a += gridDim.y) {
+    for (int64_t c = blockIdx.y * warps + threadIdx.x / 32; c < C; c += gridDim.y * warps) {  // warp-uniform
+      const LearnChannel ch(p, c);
+      const QParams q = load_qparams(p, c);
+      float ds = 0.f, dz = 0.f;
+      for (int64_t j = start + lane; j < end; j += 32) element(ch, j, q, &ds, &dz);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        ds += __shfl_xor_sync(0xffffffffu, ds, o);
+        dz += __shfl_xor_sync(0xffffffffu, dz, o);
+      }
+      if (lane == 0) store(c, split, ds, dz);
+    }
+  } else if (!p.columns) {
+    const int64_t split = blockIdx.x;
+    const int64_t start = split * per, end = start + per < len ? start + per : len;
+    for (int64_t a = blockIdx.y; a < C; a += gridDim.y) {
+      const LearnChannel ch(p, a);
       const QParams q = load_qparams(p, p.per_channel ? a : 0);
       float ds = 0.f, dz = 0.f;
-      for (int64_t j = start + threadIdx.x; j < end; j += blockDim.x) element(a, j, q, &ds, &dz);
+      for (int64_t j = start + threadIdx.x; j < end; j += blockDim.x) element(ch, j, q, &ds, &dz);
       block_sum2(&ds, &dz);
-      if (threadIdx.x == 0) {
-        p.partial[(a * p.splits + split) * 2] = ds;
-        p.partial[(a * p.splits + split) * 2 + 1] = dz;
-      }
+      if (threadIdx.x == 0) store(a, split, ds, dz);
     }
-  } else {  // a thread per channel (channels innermost: adjacent threads, adjacent addresses)
+  } else {
     const int64_t a = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     const int64_t split = blockIdx.y;
-    if (a >= A) return;
+    if (a >= C) return;
     const int64_t start = split * per, end = start + per < len ? start + per : len;
+    const LearnChannel ch(p, a);
     const QParams q = load_qparams(p, p.per_channel ? a : 0);
     float ds = 0.f, dz = 0.f;
-    for (int64_t j = start; j < end; ++j) element(a, j, q, &ds, &dz);
-    p.partial[(a * p.splits + split) * 2] = ds;
-    p.partial[(a * p.splits + split) * 2 + 1] = dz;
+    for (int64_t j = start; j < end; ++j) element(ch, j, q, &ds, &dz);
+    store(a, split, ds, dz);
   }
 }
 
 template <class T>
 __global__ void __launch_bounds__(detail::kQuantBlock) learn_sum_kernel(const QuantLaunch p) {
   const int64_t a = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (a >= p.axis_len) return;
+  if (a >= p.channels) return;
   float ds = 0.f, dz = 0.f;
   for (int64_t s = 0; s < p.splits; ++s) {
     ds += p.partial[(a * p.splits + s) * 2];
@@ -1392,39 +1324,10 @@ cudaError_t launch_elementwise(const QuantLaunch& p, cudaStream_t stream) {
   return cudaErrorInvalidValue;
 }
 
-template <class T, class Q, int kW>
-cudaError_t launch_rows_w(const QuantLaunch& p, cudaStream_t stream) {
-  const int groups = p.block / p.tpr;
-  int64_t blocks = (p.rows + groups - 1) / groups;
-  if (blocks > (int64_t{1} << 20)) blocks = int64_t{1} << 20;  // rows past the grid: the loop tiles them
-  const dim3 grid(static_cast<unsigned>(blocks)), block(static_cast<unsigned>(p.block));
-  if (p.items == kW)
-    rows_kernel<T, Q, kW, 1, true><<<grid, block, 0, stream>>>(p);
-  else if (p.cached)
-    rows_kernel<T, Q, kW, detail::kQuantBigVectors, true><<<grid, block, 0, stream>>>(p);
-  else
-    rows_kernel<T, Q, kW, detail::kQuantBigVectors, false><<<grid, block, 0, stream>>>(p);
-  return cudaGetLastError();
-}
-
+/// Dynamic per-token / per-group rows (quant_rows.cuh), explicitly instantiated per T in
+/// quant_rows_<dtype>.cu: their own translation units.
 template <class T>
-cudaError_t launch_rows(const QuantLaunch& p, cudaStream_t stream) {
-  constexpr int kV = static_cast<int>(16 / sizeof(T));
-  auto go = [&](auto tag) {
-    using Q = typename decltype(tag)::type;
-    return p.vec ? launch_rows_w<T, Q, kV>(p, stream) : launch_rows_w<T, Q, 1>(p, stream);
-  };
-  switch (p.q_dtype) {
-    case DType::s8:
-      return go(Tag<int8_t>{});
-    case DType::f8e4m3:
-      return go(Tag<__nv_fp8_e4m3>{});
-    case DType::f8e5m2:
-      return go(Tag<__nv_fp8_e5m2>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
+cudaError_t launch_rows(const QuantLaunch& p, cudaStream_t stream);
 
 template <class T>
 cudaError_t launch_all(const QuantLaunch& p, cudaStream_t stream) {
@@ -1445,17 +1348,21 @@ cudaError_t launch_all(const QuantLaunch& p, cudaStream_t stream) {
       finalize_kernel<T><<<1, block, 0, stream>>>(p);
       return cudaGetLastError();
     case QuantStep::learnable_bw: {
+      auto capped = [](int64_t v) { return static_cast<unsigned>(v < 65535 ? v : 65535); };  // the kernel loops
       dim3 grid;
       if (p.columns)
-        grid = dim3(static_cast<unsigned>((p.axis_len + detail::kQuantBlock - 1) / detail::kQuantBlock),
+        grid = dim3(static_cast<unsigned>((p.channels + detail::kQuantBlock - 1) / detail::kQuantBlock),
                     static_cast<unsigned>(p.splits));
+      else if (p.warps)
+        grid = dim3(static_cast<unsigned>(p.splits),
+                    capped((p.channels + detail::kQuantBlock / 32 - 1) / (detail::kQuantBlock / 32)));
       else
-        grid = dim3(static_cast<unsigned>(p.splits), static_cast<unsigned>(p.axis_len < 65535 ? p.axis_len : 65535));
+        grid = dim3(static_cast<unsigned>(p.splits), capped(p.channels));
       learn_bw_kernel<T><<<grid, block, 0, stream>>>(p);
       return cudaGetLastError();
     }
     case QuantStep::learnable_sum:
-      learn_sum_kernel<T><<<dim3(static_cast<unsigned>((p.axis_len + detail::kQuantBlock - 1) / detail::kQuantBlock)),
+      learn_sum_kernel<T><<<dim3(static_cast<unsigned>((p.channels + detail::kQuantBlock - 1) / detail::kQuantBlock)),
                             block, 0, stream>>>(p);
       return cudaGetLastError();
   }

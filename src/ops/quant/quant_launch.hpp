@@ -13,7 +13,7 @@ namespace baracuda::detail {
 /// Which kernel of the family one launch runs.
 enum class QuantStep : uint8_t {
   elementwise,   ///< quantize / dequantize / fake_quantize, forward or backward (QuantElemOp)
-  rows,          ///< dynamic per-token: amax, scale and quantized row in one pass
+  rows,          ///< dynamic per-token / per-group: amax (or min / max), qparams and codes in one pass
   amax,          ///< per-tensor amax partials (one per CTA) of x
   finalize,      ///< one CTA: reduce amax partials; write amax / scale; delayed: shift the history
   learnable_bw,  ///< fake_quantize_learnable backward: dx + per-split scale/zero-point partials
@@ -124,11 +124,16 @@ struct QuantLaunch {
   bool channel_rule = false;      ///< fake_quantize: zero point added before rounding (per-channel)
   float* amax_partial = nullptr;  ///< elementwise quantize / amax step: one float per CTA
   int64_t grid = 1;               ///< CTAs of the elementwise / amax step (partials count)
-  // dynamic per-token rows (step rows): x [rows, n] with row and column strides.
+  // dynamic rows (step rows): `rows` rows of n elements, one (scale, zero point) each. Per-token: the
+  // rows of x [tokens, D] (n = D); per-group: each token's D / n groups (group_rows = D / n), row r
+  // being group r % group_rows of token r / group_rows. x has a token and a column stride; q is dense.
   int64_t rows = 0, n = 0;
+  int64_t group_rows = 1;
+  QuantDivisor div_group_rows;
   int64_t x_row_stride = 0, x_col_stride = 1;
   float* scale_out = nullptr;
-  float q_scale_max = 127.f;  ///< dynamic: scale = amax / q_scale_max
+  int32_t* zero_point_out = nullptr;  ///< asymmetric (zp_mode int32): one per row
+  float q_scale_max = 127.f;          ///< dynamic symmetric: scale = amax / q_scale_max
   int tpr = 32, block = 128, items = 8;
   bool cached = true;
   // finalize.
@@ -138,12 +143,16 @@ struct QuantLaunch {
   float* amax_out = nullptr;
   float* history = nullptr;
   int64_t history_len = 0;
-  // learnable backward.
+  // learnable backward: `channels` (scale, zero point) pairs, each summed over its elements (per
+  // channel: O x I of them; per group: the G of one (o, axis group, i)).
   bool per_channel = false;
+  bool per_group = false;
   bool columns = false;  ///< one thread per channel (channels innermost) instead of a CTA per (split, channel)
+  bool warps = false;    ///< per-group: a warp per (split, group)
+  int64_t channels = 1;
   int64_t splits = 1;
   float grad_factor = 1.f;
-  float* partial = nullptr;  ///< [axis_len][splits][2] (dscale, dzero_point)
+  float* partial = nullptr;  ///< [channels][splits][2] (dscale, dzero_point)
   float* dscale = nullptr;
   float* dzero_point = nullptr;
 };
@@ -167,7 +176,8 @@ struct W4A16Launch {
 /// Launches the decode kernel on `stream` (a CTA per 16 columns; m > 8 takes the rows-8..15 variant).
 cudaError_t w4a16_decode_launch(const W4A16Launch& p, cudaStream_t stream);
 
-/// The launcher of one floating-point dtype; explicitly instantiated in quant_<dtype>.cu.
+/// The launcher of one floating-point dtype; explicitly instantiated in quant_<dtype>.cu (the dynamic
+/// rows kernels in quant_rows_<dtype>.cu).
 template <DType D>
 cudaError_t quant_launch(const QuantLaunch& p, cudaStream_t stream);
 

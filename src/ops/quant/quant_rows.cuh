@@ -1,0 +1,343 @@
+// Dynamic quantization by rows: per-token (a row of the last dim) and per-group (G consecutive
+// elements of it), symmetric (scale = amax / q_max) or asymmetric (torch.ao's
+// choose_qparams_per_token_asymmetric and quantize_per_token), the scale and zero point computed in
+// the same kernel as the codes: one read of x. Explicitly instantiated per floating-point dtype in
+// quant_rows_<dtype>.cu, apart from the elementwise kernels of quant_<dtype>.cu, so that the two
+// compile in parallel (8 quantized-side variants x 6 launch shapes per dtype).
+//
+// A group of tpr threads (a power of two) owns a row: a warp per 4096-element 16-bit row, a
+// sub-warp per per-group group (bf16 G = 32 / 64 / 128: 4 / 8 / 16 threads, one 16-byte vector
+// each), so the reductions are shuffles; only rows wider than a warp's registers take a
+// shared-memory step (group_nanmax). Rows are held as raw 16-byte words (16-bit types two a
+// register) and decoded at use; rows longer than 512 x 16 vectors stream twice.
+#pragma once
+#include "ops/quant/quant_kernel.cuh"
+
+namespace baracuda::kern::quant {
+
+/// Max over the tpr threads of a group (tpr a power of two; > 32 means one group per CTA). Every
+/// thread of the group gets the result.
+__device__ __forceinline__ float group_nanmax(float v, int tpr, float* red) {
+  const int width = tpr < 32 ? tpr : 32;
+  for (int o = width / 2; o > 0; o >>= 1) v = nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (tpr > 32) {
+    __syncthreads();  // red[] may still be read by the previous row's threads
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = red[0];
+    for (int w = 1; w < tpr / 32; ++w) v = nanmax(v, red[w]);
+  }
+  return v;
+}
+
+/// min that propagates NaN from either side (torch.amin / torch.minimum).
+__device__ __forceinline__ float nanmin(float a, float b) { return (a != a || a < b) ? a : b; }
+
+/// NaN-propagating float32 min / max in one instruction each (sm_80+).
+__device__ __forceinline__ float fmin_nan(float a, float b) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+/// Signed min and max of a thread's elements, NaN propagating (torch.amin / amax), on the raw words
+/// of the row: 16-bit types two a word with min.NaN / max.NaN on the pair (one instruction per two
+/// elements and bound), float32 one a word, float64 rounded to float32 first (x.float(); rounding is
+/// monotonic). Starts from 0: the rows kernel's zero padding and torch's min(min, 0) / max(max, 0)
+/// include 0 anyway.
+template <class T>
+struct MinMax {
+  static constexpr bool kPairs = sizeof(T) == 2;
+  using P = cuda::std::conditional_t<cuda::std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+  uint32_t lo = 0, hi = 0;  ///< pairs of T (16-bit), or float32 bits
+  template <int W>
+  __device__ __forceinline__ void add_words(const uint32_t (&w)[W]) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      if constexpr (kPairs) {
+        P a, b, v;
+        memcpy(&a, &lo, 4);
+        memcpy(&b, &hi, 4);
+        memcpy(&v, &w[j], 4);
+        a = __hmin2_nan(a, v);
+        b = __hmax2_nan(b, v);
+        memcpy(&lo, &a, 4);
+        memcpy(&hi, &b, 4);
+      } else if constexpr (sizeof(T) == 4) {
+        lo = __float_as_uint(fmin_nan(__uint_as_float(lo), __uint_as_float(w[j])));
+        hi = __float_as_uint(fmax_nan(__uint_as_float(hi), __uint_as_float(w[j])));
+      } else if (j % 2 == 0) {  // float64: words (j, j + 1) hold one element
+        const float f = static_cast<float>(__hiloint2double(static_cast<int>(w[j + 1]), static_cast<int>(w[j])));
+        lo = __float_as_uint(fmin_nan(__uint_as_float(lo), f));
+        hi = __float_as_uint(fmax_nan(__uint_as_float(hi), f));
+      }
+    }
+  }
+  __device__ __forceinline__ float min() const { return value(lo, true); }
+  __device__ __forceinline__ float max() const { return value(hi, false); }
+
+ private:
+  __device__ __forceinline__ static float value(uint32_t v, bool is_min) {
+    if constexpr (kPairs) {
+      P pv;
+      memcpy(&pv, &v, 4);
+      const float a = static_cast<float>(pv.x), b = static_cast<float>(pv.y);
+      return is_min ? fmin_nan(a, b) : fmax_nan(a, b);
+    } else {
+      return __uint_as_float(v);
+    }
+  }
+};
+
+/// v rounded to T's precision (float16 / bfloat16: each torch op on a tensor of that dtype computes
+/// in float and rounds to it); float32, and float64 inputs (taken as x.float()), keep float32.
+template <class T>
+__device__ __forceinline__ float round_to(float v) {
+  if constexpr (cuda::std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(__float2bfloat16_rn(v));
+  else if constexpr (cuda::std::is_same_v<T, __half>)
+    return __half2float(__float2half_rn(v));
+  else
+    return v;
+}
+
+/// torch.ao's _choose_qparams_per_token_asymmetric_impl (torch/ao/quantization/fx/_decomposed.py)
+/// for one row with min mn and max mx, op by op as it runs on a tensor of T (see quant.hpp), with
+/// its [-128, 127] generalised to [qmin, qmax]. s: the scale (a value of T); zp: the zero point as
+/// an integer (a NaN zero point -> 0).
+template <class T>
+__device__ __forceinline__ void asym_qparams(float mn, float mx, float qmin, float qmax, float& s, int& zp) {
+  const float lo = nanmin(mn, 0.f), hi = nanmax(mx, 0.f);  // torch.min / torch.max with zeros
+  // (hi - lo) / float(qmax - qmin): ATen divides by a CPU scalar as a product with its float reciprocal.
+  s = round_to<T>(round_to<T>(hi - lo) * (1.0f / (qmax - qmin)));
+  s = s != s ? s : fmaxf(s, 0x1p-23f);  // clamp(min=torch.finfo(torch.float32).eps); NaN stays
+  const float dmin = round_to<T>(lo / s), dmax = round_to<T>(hi / s);
+  const bool from_min = round_to<T>(round_to<T>(qmin + dmin) + round_to<T>(qmax + dmax)) > 0.f;
+  float z = from_min ? round_to<T>(qmin - dmin) : round_to<T>(qmax - dmax);
+  z = z != z ? z : rintf(fminf(fmaxf(z, qmin), qmax));  // clamp (NaN stays), then round half to even
+  zp = z != z ? 0 : static_cast<int>(z);
+}
+
+/// quantize_per_token's code, exactly: clamp(round(double(x) * (1.0 / double(s)) + zp)), each double
+/// op rounded (torch's mul, reciprocal, add, round, clamp; NaN -> 0).
+__device__ __forceinline__ int quant_decomposed_one(float xf, double r, int zp, int lo, int hi) {
+  const double v = rint(__dadd_rn(__dmul_rn(static_cast<double>(xf), r), static_cast<double>(zp)));
+  if (v != v) return 0;
+  return static_cast<int>(fmin(fmax(v, static_cast<double>(lo)), static_cast<double>(hi)));
+}
+
+/// quant_unit_decomposed's double path for a whole unit, out of line (it runs near rounding ties
+/// and for non-finite values or extreme scales; inlined it would cost the fast path registers).
+template <class T, class Q, int N>
+static __device__ __noinline__ uint2 quant_unit_decomposed_slow(uint4 raw, float s, int zp, int lo, int hi) {
+  uint32_t a[kRawWords<T, N>];
+  memcpy(a, &raw, sizeof(a));
+  const double r = 1.0 / static_cast<double>(s);  // torch: scales.reciprocal() (float64 scales)
+  uint8_t b[kCodeBytes<Q, N>];
+#pragma unroll
+  for (int k = 0; k < N; ++k) q_encode<Q>(b, k, quant_decomposed_one(raw_f32<T>(a, k), r, zp, lo, hi));
+  uint2 out = make_uint2(0, 0);
+  memcpy(&out, b, sizeof(b));
+  return out;
+}
+
+/// The asymmetric codes of N elements sharing q (scale s, zero point zi): away from a rounding tie,
+/// round(x * (1 / s) + zp) in double is rint(x / s) + zp, which quant_magic computes in float and
+/// certifies with its tie margin (the double formula is within 2^-50 relative of x / s + zp). Near a
+/// tie the double products decide, not round-half-even (torch's x * (1 / s) is not x / s), so a unit
+/// with such an element is redone in double: exact ties are the only near ties of bf16 rows
+/// (~0.06% of elements with s = (max - min) / 255), ~0.4% of 8-element units.
+template <class T, class Q, int N>
+__device__ __forceinline__ void quant_unit_decomposed(const uint32_t (&a)[kRawWords<T, N>], const QParams& q, float ylo,
+                                                      float yhi, int lo, int hi, uint32_t (&w)[kCodeWords<Q, N>]) {
+  bool bad = false;
+  uint32_t c[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) c[k] = __float_as_uint(fminf(fmaxf(quant_magic(raw_f32<T>(a, k), q, bad), ylo), yhi));
+  if (!bad) {
+    pack_codes<Q, N>(c, w);
+    return;
+  }
+  uint4 raw = make_uint4(0, 0, 0, 0);
+  memcpy(&raw, a, sizeof(a));
+  const uint2 r = quant_unit_decomposed_slow<T, Q, N>(raw, q.s, static_cast<int>(q.zi), lo, hi);
+  constexpr int kWords = kCodeWords<Q, N>;
+  w[0] = r.x;
+  if constexpr (kWords > 1) w[1] = r.y;
+}
+
+/// One scalar row element's symmetric code: the per-element forms of quant_unit.
+template <class Q>
+__device__ __forceinline__ uint32_t row_quant(float xf, const QParams& q, float ylo, float yhi, const QuantLaunch& p) {
+  if constexpr (kFp8<Q>)
+    return convert<Q>(fp8_quot(xf, q), true).__x;
+  else
+    return static_cast<uint32_t>(quant_int_one(xf, q, p, ylo, yhi)) & 0xffu;
+}
+
+/// kW elements a vector: 16 bytes (kW = 16 / sizeof(T)), or on the strided path one element (two
+/// for packed int4, so that a thread writes whole bytes); kVecs vectors a thread. kAsym: min / max,
+/// torch.ao's scale and zero point, quantize_per_token's codes; else max |x| and amax / q_max.
+template <class T, class Q, int kW, int kVecs, bool kCached, bool kAsym>
+__global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantLaunch p) {
+  constexpr bool kVec16 = kW * sizeof(T) == 16;
+  constexpr int kRW = kRawWords<T, kW>;
+  constexpr int kQB = kCodeBytes<Q, kW>;
+  __shared__ float red[detail::kQuantMaxTpr / 32];
+  const int tpr = p.tpr;
+  const int lane = threadIdx.x % tpr, g = threadIdx.x / tpr, groups = blockDim.x / tpr;
+  const int64_t chunk = static_cast<int64_t>(tpr) * kW * kVecs;
+  const int64_t q_row = kPacked<Q> ? p.n / 2 : p.n;  // code bytes of a row
+  const T* xbase = static_cast<const T*>(p.fp[detail::kQIn0]);
+  const float ylo = 0x1.8p23f + static_cast<float>(p.q_min), yhi = 0x1.8p23f + static_cast<float>(p.q_max);
+  for (int64_t rb = blockIdx.x; rb * groups < p.rows; rb += gridDim.x) {
+    const int64_t row = rb * groups + g;
+    const bool valid = row < p.rows;
+    int64_t xoff = 0;  // per-group: group row % group_rows of token row / group_rows
+    if (valid) {
+      const int64_t tok = p.group_rows > 1 ? static_cast<int64_t>(div_of(row, p.div_group_rows, p.wide)) : row;
+      xoff = tok * p.x_row_stride + (row - tok * p.group_rows) * p.n * p.x_col_stride;
+    }
+    const T* x = xbase + xoff;
+    uint8_t* q = static_cast<uint8_t*>(p.q_out) + (valid ? row * q_row : 0);
+    uint32_t v[kVecs][kRW];
+    auto col_of = [&](int64_t base, int c) {
+      return base + (static_cast<int64_t>(lane) + static_cast<int64_t>(c) * tpr) * kW;
+    };
+    auto load_chunk = [&](int64_t base) {
+#pragma unroll
+      for (int c = 0; c < kVecs; ++c) {
+        const int64_t col = col_of(base, c);
+#pragma unroll
+        for (int j = 0; j < kRW; ++j) v[c][j] = 0;  // +0 raises neither max |x| nor the [min, max] with 0
+        if (valid && col < p.n) {
+          if constexpr (kVec16) {
+            load_bytes<16>(x + col, v[c]);
+          } else {
+#pragma unroll
+            for (int k = 0; k < kW; ++k) raw_set<T>(v[c], k, x[(col + k) * p.x_col_stride]);
+          }
+        }
+      }
+    };
+    AbsMax<T> am;
+    MinMax<T> mm;
+    auto chunk_reduce = [&] {
+#pragma unroll
+      for (int c = 0; c < kVecs; ++c) {
+        if constexpr (kAsym)
+          mm.add_words(v[c]);
+        else
+          am.add_words(v[c]);
+      }
+    };
+    if constexpr (kCached) {
+      load_chunk(0);
+      chunk_reduce();
+    } else {
+      for (int64_t base = 0; base < p.n; base += chunk) {
+        load_chunk(base);
+        chunk_reduce();
+      }
+    }
+    QParams qp;
+    if constexpr (kAsym) {
+      const float mx = group_nanmax(mm.max(), tpr, red);
+      const float mn = -group_nanmax(-mm.min(), tpr, red);
+      int zp;
+      asym_qparams<T>(mn, mx, static_cast<float>(p.q_min), static_cast<float>(p.q_max), qp.s, zp);
+      qp.zi = zp;
+      qp.zf = static_cast<float>(zp);
+    } else {
+      qp.s = scale_of(group_nanmax(am.value(), tpr, red), p.q_scale_max, 1.f);
+    }
+    finish_qparams(p, qp);
+    if (valid && lane == 0) {
+      p.scale_out[row] = qp.s;
+      if constexpr (kAsym) p.zero_point_out[row] = static_cast<int32_t>(qp.zi);
+    }
+    auto store_chunk = [&](int64_t base) {
+#pragma unroll
+      for (int c = 0; c < kVecs; ++c) {
+        const int64_t col = col_of(base, c);
+        if (valid && col < p.n) {
+          uint32_t w[kCodeWords<Q, kW>];
+          if constexpr (kAsym)
+            quant_unit_decomposed<T, Q, kW>(v[c], qp, ylo, yhi, static_cast<int>(p.q_min), static_cast<int>(p.q_max),
+                                            w);
+          else if constexpr (kW > 1)
+            quant_unit<T, Q, kW, true>(v[c], qp, ylo, yhi, p, w);
+          else
+            w[0] = row_quant<Q>(raw_f32<T>(v[c], 0), qp, ylo, yhi, p);
+          store_bytes<kQB>(q + (kPacked<Q> ? col / 2 : col), w);
+        }
+      }
+    };
+    if constexpr (kCached) {
+      store_chunk(0);
+    } else {
+      for (int64_t base = 0; base < p.n; base += chunk) {
+        load_chunk(base);
+        store_chunk(base);
+      }
+    }
+  }
+}
+
+template <class T, class Q, int kW, bool kAsym>
+cudaError_t launch_rows_w(const QuantLaunch& p, cudaStream_t stream) {
+  const int groups = p.block / p.tpr;
+  int64_t blocks = (p.rows + groups - 1) / groups;
+  if (blocks > (int64_t{1} << 20)) blocks = int64_t{1} << 20;  // rows past the grid: the loop tiles them
+  const dim3 grid(static_cast<unsigned>(blocks)), block(static_cast<unsigned>(p.block));
+  if (p.items == kW)
+    rows_kernel<T, Q, kW, 1, true, kAsym><<<grid, block, 0, stream>>>(p);
+  else if (p.cached)
+    rows_kernel<T, Q, kW, detail::kQuantBigVectors, true, kAsym><<<grid, block, 0, stream>>>(p);
+  else
+    rows_kernel<T, Q, kW, detail::kQuantBigVectors, false, kAsym><<<grid, block, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+/// The variants select() admits: symmetric for signed and fp8 codes (int8, int4, fp8), asymmetric
+/// (zp_mode int32) for integer codes.
+template <class T>
+cudaError_t launch_rows(const QuantLaunch& p, cudaStream_t stream) {
+  constexpr int kV = static_cast<int>(16 / sizeof(T));
+  const bool asym = p.zp_mode == QuantZpMode::int32;
+  auto go = [&](auto tag, auto asym_tag) {
+    using Q = typename decltype(tag)::type;
+    constexpr bool kA = decltype(asym_tag)::value;
+    constexpr int kScalar = kPacked<Q> ? 2 : 1;
+    return p.vec ? launch_rows_w<T, Q, kV, kA>(p, stream) : launch_rows_w<T, Q, kScalar, kA>(p, stream);
+  };
+  using Sym = cuda::std::false_type;
+  using Asym = cuda::std::true_type;
+  switch (p.q_dtype) {
+    case DType::s8:
+      return asym ? go(Tag<int8_t>{}, Asym{}) : go(Tag<int8_t>{}, Sym{});
+    case DType::s4:
+      return asym ? go(Tag<PackedS4>{}, Asym{}) : go(Tag<PackedS4>{}, Sym{});
+    case DType::u8:
+      return asym ? go(Tag<uint8_t>{}, Asym{}) : cudaErrorInvalidValue;
+    case DType::u4:
+      return asym ? go(Tag<PackedU4>{}, Asym{}) : cudaErrorInvalidValue;
+    case DType::f8e4m3:
+      return asym ? cudaErrorInvalidValue : go(Tag<__nv_fp8_e4m3>{}, Sym{});
+    case DType::f8e5m2:
+      return asym ? cudaErrorInvalidValue : go(Tag<__nv_fp8_e5m2>{}, Sym{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace baracuda::kern::quant
+
+#define BARACUDA_QUANT_ROWS_INSTANTIATE(D)                                                                \
+  template cudaError_t baracuda::kern::quant::launch_rows<baracuda::kern::storage_t<baracuda::DType::D>>( \
+      const baracuda::detail::QuantLaunch& p, cudaStream_t stream);
