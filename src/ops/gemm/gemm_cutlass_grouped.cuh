@@ -19,7 +19,6 @@
 
 #if defined(BARACUDA_HAVE_CUTLASS) && BARACUDA_HAVE_CUTLASS
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -33,6 +32,7 @@
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/numeric_types.h"
+#include "ops/gemm/gemm_cutlass_launch.cuh"
 
 namespace baracuda::detail::cutlass_grouped {
 
@@ -145,47 +145,12 @@ size_t workspace(const CutlassGroupedParams& p) {
 template <class K>
 cudaError_t launch(const CutlassGroupedParams& p, void* ws, cudaStream_t stream) {
   using Gemm = typename K::Gemm;
-  auto* kernel = &grouped_gemm_kernel<Gemm>;
-  constexpr int kSmem = static_cast<int>(Gemm::SharedStorageSize);
+  constexpr auto kernel = &grouped_gemm_kernel<Gemm>;
   constexpr int kClusterSize = K::kTile.cluster_m * K::kTile.cluster_n;
-  auto config_of = [&](dim3 grid, cudaLaunchAttribute* attr) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = Gemm::get_block_shape();
-    cfg.dynamicSmemBytes = kSmem;
-    cfg.stream = stream;
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = K::kTile.cluster_m;
-    attr[0].val.clusterDim.y = K::kTile.cluster_n;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cfg;
-  };
-  // Once per device (host-side calls, legal during stream capture, no reason to repeat them): opt in
-  // to the large shared-memory carve-out, and ask how many clusters fit at once, so the persistent
-  // grid has no cluster that would wait for a whole wave of others (GPCs need not hold an even
-  // number of free SMs).
-  static std::atomic<uint64_t> ready{0};
-  static std::atomic<int> max_clusters[64];
-  const uint64_t bit = p.device >= 0 && p.device < 64 ? uint64_t{1} << p.device : 0;
   int clusters = 0;
-  if (!bit || !(ready.load(std::memory_order_acquire) & bit)) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (e != cudaSuccess) return e;
-    cudaLaunchAttribute attr[1];
-    cudaLaunchConfig_t cfg = config_of(dim3(K::kTile.cluster_m, K::kTile.cluster_n, 1), attr);
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
-      (void)cudaGetLastError();  // not sticky; fall back to CUTLASS's GPC heuristic
-      clusters = 0;
-    }
-    if (bit) {
-      max_clusters[p.device].store(clusters, std::memory_order_relaxed);
-      ready.fetch_or(bit, std::memory_order_release);
-    }
-  } else {
-    clusters = max_clusters[p.device].load(std::memory_order_relaxed);
-  }
+  if (const cudaError_t e = cutlass_launch::prepare_once<K, kernel>(p.device, stream, true, &clusters);
+      e != cudaSuccess)
+    return e;
   auto args = arguments_of<K>(p);
   if (clusters > 0 && clusters * kClusterSize <= args.hw_info.sm_count) args.hw_info.max_active_clusters = clusters;
   if (Gemm::initialize_workspace(args, ws, stream) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
@@ -193,7 +158,7 @@ cudaError_t launch(const CutlassGroupedParams& p, void* ws, cudaStream_t stream)
   // point) that the kernel patches per group.
   const typename Gemm::Params params = Gemm::to_underlying_arguments(args, ws);
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = config_of(Gemm::get_grid_shape(params), attr);
+  const cudaLaunchConfig_t cfg = cutlass_launch::cluster_config<K>(Gemm::get_grid_shape(params), stream, attr);
   return cudaLaunchKernelEx(&cfg, kernel, params);
 }
 

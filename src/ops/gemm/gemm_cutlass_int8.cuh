@@ -19,9 +19,6 @@
 
 #if defined(BARACUDA_HAVE_CUTLASS) && BARACUDA_HAVE_CUTLASS
 
-#include <atomic>
-#include <cstdint>
-
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -31,6 +28,7 @@
 #include "cutlass/gemm/gemm.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/numeric_types.h"
+#include "ops/gemm/gemm_cutlass_launch.cuh"
 
 namespace baracuda::detail::cutlass_int8 {
 
@@ -161,17 +159,11 @@ size_t workspace(const CutlassInt8Params& p) {
 template <class K>
 cudaError_t launch(const CutlassInt8Params& p, void* ws, cudaStream_t stream) {
   using Gemm = typename K::Gemm;
-  auto* kernel = &int8_scaled_gemm_kernel<Gemm>;
-  constexpr int kSmem = static_cast<int>(Gemm::SharedStorageSize);
-  // Opt in to the large shared-memory carve-out once per device (a host-side attribute, legal
-  // during stream capture, but there is no reason to repeat it on every call).
-  static std::atomic<uint64_t> smem_set{0};
-  const uint64_t bit = p.device >= 0 && p.device < 64 ? uint64_t{1} << p.device : 0;
-  if (!bit || !(smem_set.load(std::memory_order_relaxed) & bit)) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    if (e != cudaSuccess) return e;
-    smem_set.fetch_or(bit, std::memory_order_relaxed);
-  }
+  constexpr auto kernel = &int8_scaled_gemm_kernel<Gemm>;
+  int clusters = 0;  // not asked: the int8 kernel's grid is CUTLASS's own
+  if (const cudaError_t e = cutlass_launch::prepare_once<K, kernel>(p.device, stream, false, &clusters);
+      e != cudaSuccess)
+    return e;
   auto args = arguments_of<K>(p);
   if (args.hw_info.sm_count <= 0) {
     const cudaError_t e = cudaDeviceGetAttribute(&args.hw_info.sm_count, cudaDevAttrMultiProcessorCount, p.device);
@@ -180,18 +172,8 @@ cudaError_t launch(const CutlassInt8Params& p, void* ws, cudaStream_t stream) {
   if (Gemm::initialize_workspace(args, ws, stream) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
   // Builds the TMA descriptors (cuTensorMapEncodeTiled through the runtime's driver entry point).
   const typename Gemm::Params params = Gemm::to_underlying_arguments(args, ws);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = Gemm::get_grid_shape(params);
-  cfg.blockDim = Gemm::get_block_shape();
-  cfg.dynamicSmemBytes = kSmem;
-  cfg.stream = stream;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = K::kTile.cluster_m;
-  attr[0].val.clusterDim.y = K::kTile.cluster_n;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const cudaLaunchConfig_t cfg = cutlass_launch::cluster_config<K>(Gemm::get_grid_shape(params), stream, attr);
   return cudaLaunchKernelEx(&cfg, kernel, params);
 }
 
