@@ -106,6 +106,12 @@ template <class M>
 __device__ __forceinline__ M nanmax(M a, M b) {
   return (a > b || a != a) ? a : b;
 }
+/// torch's 1 / clamp_min(norm, eps) (F.normalize's divisor); a NaN norm stays NaN, where the
+/// comparison alone would drop it.
+template <class M>
+__device__ __forceinline__ M inv_clamp_min(M norm, M eps) {
+  return norm != norm ? norm : M(1) / (norm > eps ? norm : eps);
+}
 __device__ __forceinline__ float bpow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double bpow(double x, double y) { return pow(x, y); }
 __device__ __forceinline__ float babs(float x) { return fabsf(x); }
@@ -171,17 +177,38 @@ __device__ __forceinline__ int next_pass_of(int pass, const St<M>& st, int tpr) 
 // ---- the ops -------------------------------------------------------------------------------------
 // Each op: kIn (tensors read per element), kPasses (group reductions before the output), flags
 // for what it reads/writes, identity/merge of its accumulator, thread_pass (reduce this thread's
-// valid items of a chunk), finish (turn a reduced pass into row values), out (an element).
+// valid items of a chunk), finish (turn a reduced pass into row values), out (an element),
+// param_grad (its contribution to dweight/dbias). Every op inherits OpDefaults and declares only
+// what differs from it.
+
+/// What most ops are: no weight, bias, fused residual, loaded or saved statistics, parameter
+/// gradients or mask, and an accumulator of two sums. The optional hooks (kMergeByPass,
+/// kIterative, kColumns, kNoise, kOut2) stay out of it: their detection (the requires above)
+/// would find an inherited member and take every op for one that has the hook.
+struct OpDefaults {
+  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
+                        kSaveMean = false, kSaveRstd = false, kParamGrad = false, kMaskable = false;
+  template <class M>
+  __device__ static Acc<M> identity() {
+    return {M(0), M(0)};
+  }
+  template <class M>
+  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
+    return {x.a + y.a, x.b + y.b};
+  }
+  /// No parameter gradients. A template over the input count (the op's kIn), which the base
+  /// cannot name; called for every op behind a runtime check (the kernel's pgrad).
+  template <class M, int kN>
+  __device__ static void param_grad(const M (&)[kN], const St<M>&, M&, M&) {}
+};
 
 /// softmax / log_softmax forward: one pass of (max, sum of exp(x - max)), merged online.
 /// kFast: the storage type is 16-bit, so exp takes the __expf path (see sm_exp).
 template <bool kLog, bool kFast = false>
-struct SoftmaxFw {
+struct SoftmaxFw : OpDefaults {
   static constexpr NormOp kOp = kLog ? NormOp::log_softmax : NormOp::softmax;
   static constexpr Direction kDir = Direction::Forward;
   static constexpr int kIn = 1, kPasses = 1;
-  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
-                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
   static constexpr bool kMaskable = !kLog;
   template <class M>
   __device__ static Acc<M> identity() {
@@ -194,8 +221,7 @@ struct SoftmaxFw {
     return {m, x.b * sm_exp<kFast>(x.a - m) + y.b * sm_exp<kFast>(y.a - m)};
   }
   template <class M, int K, int V, class Wt>
-  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
-                                       const St<M>&) {
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>&) {
     M m = neg_inf<M>();
 #pragma unroll
     for (int i = 0; i < K; ++i)
@@ -222,27 +248,15 @@ struct SoftmaxFw {
       return sm_exp<kFast>(x[0] - st.mean) * st.rstd;
     }
   }
-  template <class M>
-  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
 };
 
 /// layer_norm forward: pass 0 the mean, pass 1 the variance around it (two passes over the
 /// registers: exact centred variance, no Welford divisions per element).
-struct LayerNormFw {
+struct LayerNormFw : OpDefaults {
   static constexpr NormOp kOp = NormOp::layer_norm;
   static constexpr Direction kDir = Direction::Forward;
   static constexpr int kIn = 1, kPasses = 2;
-  static constexpr bool kW = true, kB = true, kResidual = true, kLoadMean = false, kLoadRstd = false, kSaveMean = true,
-                        kSaveRstd = true, kParamGrad = false;
-  static constexpr bool kMaskable = false;
-  template <class M>
-  __device__ static Acc<M> identity() {
-    return {M(0), M(0)};
-  }
-  template <class M>
-  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
-    return {x.a + y.a, x.b + y.b};
-  }
+  static constexpr bool kW = true, kB = true, kResidual = true, kSaveMean = true, kSaveRstd = true;
   template <class M, int K, int V, class Wt>
   __device__ static Acc<M> thread_pass(int pass, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
                                        const St<M>& st) {
@@ -272,29 +286,16 @@ struct LayerNormFw {
   __device__ static M out(const M (&x)[kIn], M w, M b, const St<M>& st) {
     return (x[0] - st.mean) * st.rstd * w + b;
   }
-  template <class M>
-  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
 };
 
 /// rms_norm forward: one pass of the sum of squares.
-struct RmsNormFw {
+struct RmsNormFw : OpDefaults {
   static constexpr NormOp kOp = NormOp::rms_norm;
   static constexpr Direction kDir = Direction::Forward;
   static constexpr int kIn = 1, kPasses = 1;
-  static constexpr bool kW = true, kB = false, kResidual = true, kLoadMean = false, kLoadRstd = false,
-                        kSaveMean = false, kSaveRstd = true, kParamGrad = false;
-  static constexpr bool kMaskable = false;
-  template <class M>
-  __device__ static Acc<M> identity() {
-    return {M(0), M(0)};
-  }
-  template <class M>
-  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
-    return {x.a + y.a, x.b + y.b};
-  }
+  static constexpr bool kW = true, kResidual = true, kSaveRstd = true;
   template <class M, int K, int V, class Wt>
-  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
-                                       const St<M>&) {
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>&) {
     M s = 0;
 #pragma unroll
     for (int i = 0; i < K; ++i)
@@ -309,31 +310,17 @@ struct RmsNormFw {
   __device__ static M out(const M (&x)[kIn], M w, M, const St<M>& st) {
     return x[0] * st.rstd * w;
   }
-  template <class M>
-  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
 };
 
 /// softmax backward: dx = y * (dy - sum(dy * y)); log_softmax: dx = dy - exp(y) * sum(dy).
 /// Inputs: dy, y.
 template <bool kLog>
-struct SoftmaxBw {
+struct SoftmaxBw : OpDefaults {
   static constexpr NormOp kOp = kLog ? NormOp::log_softmax : NormOp::softmax;
   static constexpr Direction kDir = Direction::Backward;
   static constexpr int kIn = 2, kPasses = 1;
-  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
-                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
-  static constexpr bool kMaskable = false;
-  template <class M>
-  __device__ static Acc<M> identity() {
-    return {M(0), M(0)};
-  }
-  template <class M>
-  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
-    return {x.a + y.a, x.b + y.b};
-  }
   template <class M, int K, int V, class Wt>
-  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
-                                       const St<M>&) {
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>&) {
     M s = 0;
 #pragma unroll
     for (int i = 0; i < K; ++i)
@@ -351,28 +338,16 @@ struct SoftmaxBw {
     else
       return x[1] * (x[0] - st.c1);
   }
-  template <class M>
-  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
 };
 
 /// layer_norm backward (inputs dy, x; saved mean, rstd): with g = dy * w and
 /// xhat = (x - mean) * rstd, dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
 /// dweight = sum over rows of dy * xhat, dbias = sum of dy.
-struct LayerNormBw {
+struct LayerNormBw : OpDefaults {
   static constexpr NormOp kOp = NormOp::layer_norm;
   static constexpr Direction kDir = Direction::Backward;
   static constexpr int kIn = 2, kPasses = 1;
-  static constexpr bool kW = true, kB = false, kResidual = false, kLoadMean = true, kLoadRstd = true, kSaveMean = false,
-                        kSaveRstd = false, kParamGrad = true;
-  static constexpr bool kMaskable = false;
-  template <class M>
-  __device__ static Acc<M> identity() {
-    return {M(0), M(0)};
-  }
-  template <class M>
-  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
-    return {x.a + y.a, x.b + y.b};
-  }
+  static constexpr bool kW = true, kLoadMean = true, kLoadRstd = true, kParamGrad = true;
   template <class M, int K, int V, class Wt>
   __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt& w,
                                        const St<M>& st) {
@@ -405,21 +380,11 @@ struct LayerNormBw {
 
 /// rms_norm backward (inputs dy, x; saved rstd): xhat = x * rstd,
 /// dx = rstd * (g - xhat * mean(g * xhat)), dweight = sum of dy * xhat.
-struct RmsNormBw {
+struct RmsNormBw : OpDefaults {
   static constexpr NormOp kOp = NormOp::rms_norm;
   static constexpr Direction kDir = Direction::Backward;
   static constexpr int kIn = 2, kPasses = 1;
-  static constexpr bool kW = true, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = true,
-                        kSaveMean = false, kSaveRstd = false, kParamGrad = true;
-  static constexpr bool kMaskable = false;
-  template <class M>
-  __device__ static Acc<M> identity() {
-    return {M(0), M(0)};
-  }
-  template <class M>
-  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
-    return {x.a + y.a, x.b + y.b};
-  }
+  static constexpr bool kW = true, kLoadRstd = true, kParamGrad = true;
   template <class M, int K, int V, class Wt>
   __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt& w,
                                        const St<M>& st) {
@@ -444,64 +409,33 @@ struct RmsNormBw {
 };
 
 /// F.normalize with p = 2 (forward): y = x / max(||x||, eps), as x * (1 / max(...)).
-struct NormalizeFw {
+struct NormalizeFw : OpDefaults {
   static constexpr NormOp kOp = NormOp::normalize;
   static constexpr Direction kDir = Direction::Forward;
   static constexpr int kIn = 1, kPasses = 1;
-  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
-                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
-  static constexpr bool kMaskable = false;
-  template <class M>
-  __device__ static Acc<M> identity() {
-    return {M(0), M(0)};
-  }
-  template <class M>
-  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
-    return {x.a + y.a, x.b + y.b};
-  }
   template <class M, int K, int V, class Wt>
-  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
-                                       const St<M>&) {
-    M s = 0;
-#pragma unroll
-    for (int i = 0; i < K; ++i)
-      if (ok[i / V]) s += v[0][i] * v[0][i];
-    return {s, M(0)};
+  __device__ static Acc<M> thread_pass(int pass, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt& w,
+                                       const St<M>& st) {
+    return RmsNormFw::thread_pass<M, K, V>(pass, v, ok, w, st);  // the sum of squares
   }
   template <class M>
   __device__ static void finish(int, const Acc<M>& acc, St<M>& st, M, M eps) {
-    const M norm = bsqrt(acc.a);
-    // torch: x / clamp_min(norm, eps); a NaN norm stays NaN (the comparison would drop it).
-    st.rstd = norm != norm ? norm : M(1) / (norm > eps ? norm : eps);
+    st.rstd = inv_clamp_min(bsqrt(acc.a), eps);
   }
   template <class M>
   __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
     return x[0] * st.rstd;
   }
-  template <class M>
-  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
 };
 
 /// F.normalize backward (inputs dy, x): with d = max(||x||, eps),
 /// dx = dy / d - x * sum(dy * x) / d^3 while ||x|| > eps, else dy / eps (clamp_min's gradient).
-struct NormalizeBw {
+struct NormalizeBw : OpDefaults {
   static constexpr NormOp kOp = NormOp::normalize;
   static constexpr Direction kDir = Direction::Backward;
   static constexpr int kIn = 2, kPasses = 1;
-  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
-                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
-  static constexpr bool kMaskable = false;
-  template <class M>
-  __device__ static Acc<M> identity() {
-    return {M(0), M(0)};
-  }
-  template <class M>
-  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
-    return {x.a + y.a, x.b + y.b};
-  }
   template <class M, int K, int V, class Wt>
-  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
-                                       const St<M>&) {
+  __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>&) {
     M a = 0, b = 0;
 #pragma unroll
     for (int i = 0; i < K; ++i)
@@ -526,25 +460,14 @@ struct NormalizeBw {
   __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
     return x[0] * st.rstd - x[1] * st.c2;
   }
-  template <class M>
-  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
 };
 
-/// F.normalize for p != 2 (forward): y = x / max(||x||_p, eps) with p = st.q0: p = inf the
-/// NaN-propagating max of |x| (torch's amax), p = 1 the sum of |x|, p = 0 the count of
+/// F.normalize for p != 2, what both directions share: the p-norm ||x||_p with p = st.q0: p = inf
+/// the NaN-propagating max of |x| (torch's amax), p = 1 the sum of |x|, p = 0 the count of
 /// non-zeros (torch's vector_norm), else (sum |x|^p)^(1/p), unscaled like torch's (so it
 /// overflows where torch's does). Acc: a sums, b the max (p = inf), so one merge serves every p.
-struct NormalizePFw {
+struct NormalizePBase : OpDefaults {
   static constexpr NormOp kOp = NormOp::normalize;
-  static constexpr Direction kDir = Direction::Forward;
-  static constexpr int kIn = 1, kPasses = 1;
-  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
-                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
-  static constexpr bool kMaskable = false;
-  template <class M>
-  __device__ static Acc<M> identity() {
-    return {M(0), M(0)};
-  }
   template <class M>
   __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
     return {x.a + y.a, nanmax(x.b, y.b)};
@@ -578,21 +501,24 @@ struct NormalizePFw {
     if (p == M(1) || p == M(0)) return acc.a;
     return bpow(acc.a, M(1) / p);
   }
+};
+
+/// F.normalize for p != 2 (forward): y = x / max(||x||_p, eps).
+struct NormalizePFw : NormalizePBase {
+  static constexpr Direction kDir = Direction::Forward;
+  static constexpr int kIn = 1, kPasses = 1;
   template <class M, int K, int V, class Wt>
   __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>& st) {
     return norm_terms<M, K, V>(v[0], ok, st.q0);
   }
   template <class M>
   __device__ static void finish(int, const Acc<M>& acc, St<M>& st, M, M eps) {
-    const M norm = norm_of(acc, st.q0);
-    st.rstd = norm != norm ? norm : M(1) / (norm > eps ? norm : eps);  // torch: x / clamp_min(norm, eps)
+    st.rstd = inv_clamp_min(norm_of(acc, st.q0), eps);
   }
   template <class M>
   __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
     return x[0] * st.rstd;
   }
-  template <class M>
-  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
 };
 
 /// F.normalize backward for p != 2 (inputs dy, x), torch's graph: y = x / d, d = clamp_min(N, eps),
@@ -603,27 +529,15 @@ struct NormalizePFw {
 /// large p from overflowing |x|^(p-1) where torch's x |x|^(p-2) / N^(p-1) would not.
 /// Two passes, Acc = (sums, max): p != inf: (sum |x|^p, -) then (S, -); p = inf: (S, max |x|)
 /// then (T, -).
-struct NormalizePBw {
-  static constexpr NormOp kOp = NormOp::normalize;
+struct NormalizePBw : NormalizePBase {
   static constexpr Direction kDir = Direction::Backward;
   static constexpr int kIn = 2, kPasses = 2;
-  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
-                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
-  static constexpr bool kMaskable = false;
-  template <class M>
-  __device__ static Acc<M> identity() {
-    return {M(0), M(0)};
-  }
-  template <class M>
-  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
-    return {x.a + y.a, nanmax(x.b, y.b)};
-  }
   template <class M, int K, int V, class Wt>
   __device__ static Acc<M> thread_pass(int pass, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&,
                                        const St<M>& st) {
     const M p = st.q0;
     const bool inf = p == pos_inf<M>();
-    if (pass == 0 && !inf) return NormalizePFw::norm_terms<M, K, V>(v[1], ok, p);
+    if (pass == 0 && !inf) return norm_terms<M, K, V>(v[1], ok, p);
     M s = 0, m = 0;
     if (pass == 0) {  // p = inf: S and the max |x|
 #pragma unroll
@@ -650,9 +564,9 @@ struct NormalizePBw {
     const M p = st.q0;
     const bool inf = p == pos_inf<M>();
     if (pass == 0) {
-      const M norm = NormalizePFw::norm_of(acc, p);
+      const M norm = norm_of(acc, p);
       st.mean = norm;
-      st.rstd = norm != norm ? norm : M(1) / (norm > eps ? norm : eps);
+      st.rstd = inv_clamp_min(norm, eps);
       st.c2 = norm > M(0) ? M(1) / norm : M(0);
       if (inf) st.c1 = acc.a;  // S, until the ties are counted
       return;
@@ -677,8 +591,6 @@ struct NormalizePBw {
       dn = sgn * bpow(babs(xi) * st.c2, p - M(1));
     return g - st.c1 * dn;
   }
-  template <class M>
-  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
 };
 
 /// sparsemax forward: y = max(x - tau, 0), sum(y) = 1. tau by Michelot's algorithm, which is
@@ -693,13 +605,10 @@ struct NormalizePBw {
 /// St: mean = t (tau at the end), c1 = the previous support size, c2 = 1 once converged.
 /// A row with NaN or +inf gives NaN; a row of -inf gives NaN (as softmax's); rows whose max - 1
 /// rounds to the max (|x| >= 2^24 in f32) keep tau = max (zeros).
-struct SparsemaxFw {
+struct SparsemaxFw : OpDefaults {
   static constexpr NormOp kOp = NormOp::sparsemax;
   static constexpr Direction kDir = Direction::Forward;
   static constexpr int kIn = 1, kPasses = 2;
-  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
-                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
-  static constexpr bool kMaskable = false;
   static constexpr bool kMergeByPass = true, kIterative = true;
   template <class M>
   __device__ static Acc<M> identity(int pass) {
@@ -762,26 +671,13 @@ struct SparsemaxFw {
     const M d = x[0] - st.mean;
     return d > M(0) ? d : (d != d ? d : M(0));  // NaN (a NaN row, or -inf - -inf) stays
   }
-  template <class M>
-  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
 };
 
 /// sparsemax backward (inputs dy, y): on the support S = {y > 0}, dx = dy - mean_S(dy); 0 off it.
-struct SparsemaxBw {
+struct SparsemaxBw : OpDefaults {
   static constexpr NormOp kOp = NormOp::sparsemax;
   static constexpr Direction kDir = Direction::Backward;
   static constexpr int kIn = 2, kPasses = 1;
-  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
-                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
-  static constexpr bool kMaskable = false;
-  template <class M>
-  __device__ static Acc<M> identity() {
-    return {M(0), M(0)};
-  }
-  template <class M>
-  __device__ static Acc<M> merge(const Acc<M>& x, const Acc<M>& y) {
-    return {x.a + y.a, x.b + y.b};
-  }
   template <class M, int K, int V, class Wt>
   __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>&) {
     M s = 0, c = 0;
@@ -802,8 +698,6 @@ struct SparsemaxBw {
     const M y = x[1];
     return y > M(0) ? x[0] - st.c1 : (y != y ? y : M(0));
   }
-  template <class M>
-  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
 };
 
 /// gumbel_softmax forward (torch's F.gumbel_softmax): the load turns x into z = (x + g) / tau
@@ -815,14 +709,11 @@ struct SparsemaxBw {
 /// y_soft rounds to within an ulp of 1; NaN rows stay NaN); out2: the soft sample (y_soft).
 /// St: mean = max z, rstd = 1 / sum, (c1, c2) = the argmax, q0 = tau, q1 = hard.
 template <class T>
-struct GumbelFw {
+struct GumbelFw : OpDefaults {
   static constexpr bool kFast = sizeof(T) == 2;  // __expf for 16-bit outputs (see sm_exp)
   static constexpr NormOp kOp = NormOp::gumbel_softmax;
   static constexpr Direction kDir = Direction::Forward;
   static constexpr int kIn = 1, kPasses = 2;
-  static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
-                        kSaveMean = false, kSaveRstd = false, kParamGrad = false;
-  static constexpr bool kMaskable = false;
   static constexpr bool kMergeByPass = true, kIterative = true, kColumns = true, kNoise = true, kOut2 = true;
   template <class M>
   __device__ static Acc<M> identity(int pass) {
@@ -875,8 +766,6 @@ struct GumbelFw {
   __device__ static M out2(const M (&x)[kIn], const St<M>& st) {
     return soft(x[0], st);
   }
-  template <class M>
-  __device__ static void param_grad(const M (&)[kIn], const St<M>&, M&, M&) {}
 };
 
 /// gumbel_softmax backward (inputs dy, y = the soft sample): softmax's backward over tau,
@@ -1196,7 +1085,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
   const bool residual = Op::kResidual && in1 != nullptr;
   const bool has_w = Op::kW && p.weight != nullptr;
   const bool has_b = Op::kB && p.bias != nullptr;
-  const bool pgrad = Op::kParamGrad && p.slots > 0 && cached;  // streamed rows: param_cols_kernel
+  const bool pgrad = Op::kParamGrad && p.slots > 0 && cached;   // streamed rows: param_cols_kernel
   constexpr bool kWInReduce = Op::kDir == Direction::Backward;  // g = dy * w feeds the row sums
   const bool masked = Op::kMaskable && p.mask != nullptr;
   const int64_t slot = int64_t(blockIdx.x) * groups + g;
@@ -1266,71 +1155,70 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
         const int64_t j0 = cb + (int64_t(lane) + int64_t(c) * tpr) * kV;
         ok[c] = active && j0 < n;
         if (ok[c]) {
-         if constexpr (kPacked) {  // raw vectors; masks never apply (kPacked excludes them)
-          constexpr int kW = kV / 2;
-          uint32_t* dst0 = &v[0][c * kW];
-          if (residual && !first_load) {
-            load_words<kW>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
-          } else {
-            load_words<kW>(in0, base[detail::kIn0] + cs(detail::kIn0, j0), dst0);
-            if (kIn == 2) {
-              load_words<kW>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), &v[kIn - 1][c * kW]);
-            } else if (residual) {  // the same f32 add and rounding to T as the unpacked path
-              uint32_t r[kW];
-              load_words<kW>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), r);
+          if constexpr (kPacked) {  // raw vectors; masks never apply (kPacked excludes them)
+            constexpr int kW = kV / 2;
+            uint32_t* dst0 = &v[0][c * kW];
+            if (residual && !first_load) {
+              load_words<kW>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
+            } else {
+              load_words<kW>(in0, base[detail::kIn0] + cs(detail::kIn0, j0), dst0);
+              if (kIn == 2) {
+                load_words<kW>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), &v[kIn - 1][c * kW]);
+              } else if (residual) {  // the same f32 add and rounding to T as the unpacked path
+                uint32_t r[kW];
+                load_words<kW>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), r);
 #pragma unroll
-              for (int q = 0; q < kW; ++q)
-                dst0[q] = pack_pair<T>(widen_half<T>(dst0[q], 0) + widen_half<T>(r[q], 0),
-                                       widen_half<T>(dst0[q], 1) + widen_half<T>(r[q], 1));
-              if (out1) store_words<kW>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
+                for (int q = 0; q < kW; ++q)
+                  dst0[q] = pack_pair<T>(widen_half<T>(dst0[q], 0) + widen_half<T>(r[q], 0),
+                                         widen_half<T>(dst0[q], 1) + widen_half<T>(r[q], 1));
+                if (out1) store_words<kW>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
+              }
             }
-          }
-         } else {
-          M* dst0 = &v[0][c * kV];
-          if (residual && !first_load) {
-            load_elems<kV>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
           } else {
-            load_elems<kV>(in0, base[detail::kIn0] + cs(detail::kIn0, j0), dst0);
-            if (kIn == 2 || residual) {
-              M r[kV];
-              load_elems<kV>(in1, base[detail::kIn1] + cs(detail::kIn1, j0),
-                             kIn == 2 ? &v[kIn - 1][c * kV] : r);
-              if (residual) {
+            M* dst0 = &v[0][c * kV];
+            if (residual && !first_load) {
+              load_elems<kV>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
+            } else {
+              load_elems<kV>(in0, base[detail::kIn0] + cs(detail::kIn0, j0), dst0);
+              if (kIn == 2 || residual) {
+                M r[kV];
+                load_elems<kV>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), kIn == 2 ? &v[kIn - 1][c * kV] : r);
+                if (residual) {
 #pragma unroll
-                for (int e = 0; e < kV; ++e) dst0[e] = static_cast<M>(load_as_opmath(convert<T>(dst0[e] + r[e])));
-                if (out1) store_elems<kV>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
+                  for (int e = 0; e < kV; ++e) dst0[e] = static_cast<M>(load_as_opmath(convert<T>(dst0[e] + r[e])));
+                  if (out1) store_elems<kV>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
+                }
+              }
+            }
+            if (masked) {  // scalar loads: masks are mostly broadcast (L1-resident) and one byte wide
+#pragma unroll
+              for (int e = 0; e < kV; ++e) {
+                const int64_t mo = base[detail::kMask] + (j0 + e) * p.col_stride[detail::kMask];
+                if (p.mask_kind == NormMask::boolean) {
+                  if (static_cast<const uint8_t*>(p.mask)[mo] != 0) dst0[e] = neg_inf<M>();
+                } else {
+                  dst0[e] += static_cast<M>(load_as_opmath(static_cast<const T*>(p.mask)[mo]));
+                }
+              }
+            }
+            if constexpr (kAddsNoise<Op>) {  // gumbel_softmax: z = (x + g) / tau, in f32 (f64)
+              M gn[kV];
+              if (in1)
+                load_elems<kV>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), gn);
+              else
+                gumbel_noise<kV, Op::kFast>(p.seed, p.offset, row, j0, n, gn);
+              // 16-bit outputs multiply by 1 / tau (its rounding is far below theirs); f32/f64
+              // divide as torch does (fl(1 / tau) alone would scale every z - max by up to an ulp),
+              // by one fma correction of the product: the division's slow path is a call, which
+              // spilled f64 rows.
+              const M inv_tau = M(1) / st.q0;
+#pragma unroll
+              for (int e = 0; e < kV; ++e) {
+                const M a = dst0[e] + gn[e], q = a * inv_tau;
+                dst0[e] = Op::kFast ? q : fma(fma(-q, st.q0, a), inv_tau, q);
               }
             }
           }
-          if (masked) {  // scalar loads: masks are mostly broadcast (L1-resident) and one byte wide
-#pragma unroll
-            for (int e = 0; e < kV; ++e) {
-              const int64_t mo = base[detail::kMask] + (j0 + e) * p.col_stride[detail::kMask];
-              if (p.mask_kind == NormMask::boolean) {
-                if (static_cast<const uint8_t*>(p.mask)[mo] != 0) dst0[e] = neg_inf<M>();
-              } else {
-                dst0[e] += static_cast<M>(load_as_opmath(static_cast<const T*>(p.mask)[mo]));
-              }
-            }
-          }
-          if constexpr (kAddsNoise<Op>) {  // gumbel_softmax: z = (x + g) / tau, in f32 (f64)
-            M gn[kV];
-            if (in1)
-              load_elems<kV>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), gn);
-            else
-              gumbel_noise<kV, Op::kFast>(p.seed, p.offset, row, j0, n, gn);
-            // 16-bit outputs multiply by 1 / tau (its rounding is far below theirs); f32/f64
-            // divide as torch does (fl(1 / tau) alone would scale every z - max by up to an ulp),
-            // by one fma correction of the product: the division's slow path is a call, which
-            // spilled f64 rows.
-            const M inv_tau = M(1) / st.q0;
-#pragma unroll
-            for (int e = 0; e < kV; ++e) {
-              const M a = dst0[e] + gn[e], q = a * inv_tau;
-              dst0[e] = Op::kFast ? q : fma(fma(-q, st.q0, a), inv_tau, q);
-            }
-          }
-         }
           if (has_w && kWInReduce && !w_kept) {
             M wl[kV];
             load_params<kV, T>(p.weight, p.param_f32, j0, wl);
@@ -1450,11 +1338,11 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
 /// Second stage of the parameter gradients: dst[j] = sum over slots of partial[slot][j], in slot
 /// order split over 16 thread rows then summed in a fixed order. blockIdx.y: 0 weight, 1 bias.
 template <class M, class W>
-__global__ void __launch_bounds__(512) param_reduce_kernel(const M* partial, int slots, int used, int64_t n, W* dw,
-                                                           W* db) {
+__global__ void __launch_bounds__(512)
+    param_reduce_kernel(const M* partial, int slots, int used, int64_t n, W* dw, W* db) {
   __shared__ M sm[16][33];
   W* dst = blockIdx.y ? db : dw;
-  if (dst == nullptr) return;  // uniform over the block
+  if (dst == nullptr) return;                                // uniform over the block
   const M* src = partial + int64_t(blockIdx.y) * slots * n;  // the bias half starts at row `slots`
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t j = int64_t(blockIdx.x) * 32 + tx;
@@ -1535,7 +1423,7 @@ cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
   if (col_grads) rp.slots = 0;
   int64_t ctas = (p.rows + groups - 1) / groups;
   if (Op::kParamGrad && rp.slots > 0) ctas = p.slots / groups;  // the fixed partition
-  if (ctas > (int64_t{1} << 30)) ctas = int64_t{1} << 30;      // the row loop covers the rest
+  if (ctas > (int64_t{1} << 30)) ctas = int64_t{1} << 30;       // the row loop covers the rest
   const dim3 grid(static_cast<unsigned>(ctas));
   // The scalar (strided) variant computes one 64-bit offset per element: at 32 items it spills,
   // so it holds at most 16 (rows that no longer fit stream; the kernel decides per launch);
@@ -1572,15 +1460,15 @@ cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
     const int used = col_grads ? static_cast<int>(std::min<int64_t>(p.slots, (p.rows + 63) / 64)) : p.slots;
     if (col_grads)
       param_cols_kernel<T, Op>
-          <<<dim3(static_cast<unsigned>((p.n + 31) / 32), static_cast<unsigned>(used)), dim3(32, 8), 0, stream>>>(p, used);
+          <<<dim3(static_cast<unsigned>((p.n + 31) / 32), static_cast<unsigned>(used)), dim3(32, 8), 0, stream>>>(p,
+                                                                                                                  used);
     if (p.slots > 0 && (p.dweight || p.dbias)) {
       const dim3 g2(static_cast<unsigned>((p.n + 31) / 32), 2);
       const dim3 b2(32, 16);
       const M* part = static_cast<const M*>(p.partial);
       if (p.param_f32)
-        param_reduce_kernel<M, float>
-            <<<g2, b2, 0, stream>>>(part, p.slots, used, p.n, static_cast<float*>(p.dweight),
-                                    static_cast<float*>(p.dbias));
+        param_reduce_kernel<M, float><<<g2, b2, 0, stream>>>(part, p.slots, used, p.n, static_cast<float*>(p.dweight),
+                                                             static_cast<float*>(p.dbias));
       else
         param_reduce_kernel<M, T>
             <<<g2, b2, 0, stream>>>(part, p.slots, used, p.n, static_cast<T*>(p.dweight), static_cast<T*>(p.dbias));
