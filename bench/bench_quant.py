@@ -360,6 +360,10 @@ def main(argv=None):
                 # rows put ~0.4% of elements near half-integers, where a float quotient may round off.
                 xf, sc = s0["x"].float(), tout[1]
                 tout = torch.clamp(torch.round(xf.double() / sc.double()), -128, 127).to(torch.int8)
+            if name == "dynamic_per_group_int8":  # the same rule per group
+                r, n = s0["x"].shape
+                xg, sc = s0["x"].float().view(r, n // args.group, args.group), tout[1]
+                tout = torch.clamp(torch.round(xg.double() / sc.double()), -128, 127).to(torch.int8).view(r, n)
             row["check"] = check(torch, name, bout, tout)
             if not args.no_compile:
                 try:

@@ -180,12 +180,13 @@ __device__ __forceinline__ uint32_t row_quant(float xf, const QParams& q, float 
     return static_cast<uint32_t>(quant_int_one(xf, q, p, ylo, yhi)) & 0xffu;
 }
 
-/// kW elements a vector: 16 bytes (kW = 16 / sizeof(T)), or on the strided path one element (two
-/// for packed int4, so that a thread writes whole bytes); kVecs vectors a thread. kAsym: min / max,
+/// kW elements a vector: 16 bytes (kVec, kW = 16 / sizeof(T)), or on the strided path one element
+/// (two for packed int4, so that a thread writes whole bytes); kVecs vectors a thread. kVec is its
+/// own parameter: f64's strided int4 pair is also 16 bytes, and must still load with the stride. kAsym: min / max,
 /// torch.ao's scale and zero point, quantize_per_token's codes; else max |x| and amax / q_max.
-template <class T, class Q, int kW, int kVecs, bool kCached, bool kAsym>
+template <class T, class Q, int kW, int kVecs, bool kCached, bool kAsym, bool kVec16>
 __global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantLaunch p) {
-  constexpr bool kVec16 = kW * sizeof(T) == 16;
+  static_assert(!kVec16 || kW * sizeof(T) == 16, "a vector is 16 bytes");
   constexpr int kRW = kRawWords<T, kW>;
   constexpr int kQB = kCodeBytes<Q, kW>;
   __shared__ float red[detail::kQuantMaxTpr / 32];
@@ -289,18 +290,18 @@ __global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantL
   }
 }
 
-template <class T, class Q, int kW, bool kAsym>
+template <class T, class Q, int kW, bool kAsym, bool kVec>
 cudaError_t launch_rows_w(const QuantLaunch& p, cudaStream_t stream) {
   const int groups = p.block / p.tpr;
   int64_t blocks = (p.rows + groups - 1) / groups;
   if (blocks > (int64_t{1} << 20)) blocks = int64_t{1} << 20;  // rows past the grid: the loop tiles them
   const dim3 grid(static_cast<unsigned>(blocks)), block(static_cast<unsigned>(p.block));
   if (p.items == kW)
-    rows_kernel<T, Q, kW, 1, true, kAsym><<<grid, block, 0, stream>>>(p);
+    rows_kernel<T, Q, kW, 1, true, kAsym, kVec><<<grid, block, 0, stream>>>(p);
   else if (p.cached)
-    rows_kernel<T, Q, kW, detail::kQuantBigVectors, true, kAsym><<<grid, block, 0, stream>>>(p);
+    rows_kernel<T, Q, kW, detail::kQuantBigVectors, true, kAsym, kVec><<<grid, block, 0, stream>>>(p);
   else
-    rows_kernel<T, Q, kW, detail::kQuantBigVectors, false, kAsym><<<grid, block, 0, stream>>>(p);
+    rows_kernel<T, Q, kW, detail::kQuantBigVectors, false, kAsym, kVec><<<grid, block, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -314,7 +315,7 @@ cudaError_t launch_rows(const QuantLaunch& p, cudaStream_t stream) {
     using Q = typename decltype(tag)::type;
     constexpr bool kA = decltype(asym_tag)::value;
     constexpr int kScalar = kPacked<Q> ? 2 : 1;
-    return p.vec ? launch_rows_w<T, Q, kV, kA>(p, stream) : launch_rows_w<T, Q, kScalar, kA>(p, stream);
+    return p.vec ? launch_rows_w<T, Q, kV, kA, true>(p, stream) : launch_rows_w<T, Q, kScalar, kA, false>(p, stream);
   };
   using Sym = cuda::std::false_type;
   using Asym = cuda::std::true_type;
