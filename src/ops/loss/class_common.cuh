@@ -10,6 +10,7 @@
 #include "kernels/common/dtype_traits.cuh"
 #include "kernels/common/elementwise.cuh"  // VecOf, load_vec, store_vec
 #include "ops/loss/loss_launch.hpp"
+#include "ops/loss/row_offsets.cuh"
 
 namespace baracuda::kern::loss {
 
@@ -76,23 +77,6 @@ __device__ __forceinline__ RowAcc<M> group_reduce(RowAcc<M> v, int tpr, RowAcc<M
   RowAcc<M> r = smem[0];
   for (int k = 1; k < tpr / 32; ++k) r = merge<kFast>(r, smem[k]);  // fixed order
   return r;
-}
-
-/// Element offsets of row `row` in every slot (row dims innermost first; unrolled with constant
-/// indices so the parameter arrays stay in the constant bank instead of a local copy).
-__device__ __forceinline__ void row_offsets(const ClassLaunch& p, int64_t row, int64_t (&off)[kCsNumSlots]) {
-#pragma unroll
-  for (int k = 0; k < kCsNumSlots; ++k) off[k] = 0;
-  int64_t rem = row;
-#pragma unroll
-  for (int d = 0; d < detail::kLossRowDims; ++d) {
-    if (d >= p.row_ndim) break;
-    const int64_t q = rem / p.row_size[d];
-    const int64_t r = rem - q * p.row_size[d];
-    rem = q;
-#pragma unroll
-    for (int k = 0; k < kCsNumSlots; ++k) off[k] += r * p.row_stride[k][d];
-  }
 }
 
 /// A row's class-index target: its value, whether it is ignored, whether it is out of range

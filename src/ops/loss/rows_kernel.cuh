@@ -27,6 +27,7 @@
 #include "ops/loss/loss_launch.hpp"
 #include "ops/loss/loss_sum.cuh"
 #include "ops/loss/pointwise_kernel.cuh"  // pw_log / pw_exp / pw_abs / log_sigmoid / sigmoid
+#include "ops/loss/row_offsets.cuh"
 
 namespace baracuda::kern::loss {
 
@@ -304,23 +305,6 @@ struct MultilabelSoftMarginRows {
 };
 
 // ---- the kernel --------------------------------------------------------------------------------------
-/// Element offsets of row `row` in every slot (row dims innermost first, unrolled with constant
-/// indices as class_common's row_offsets).
-__device__ __forceinline__ void rows_offsets(const RowsLaunch& p, int64_t row, int64_t (&off)[kRsNumSlots]) {
-#pragma unroll
-  for (int k = 0; k < kRsNumSlots; ++k) off[k] = 0;
-  int64_t rem = row;
-#pragma unroll
-  for (int d = 0; d < detail::kLossRowDims; ++d) {
-    if (d >= p.row_ndim) break;
-    const int64_t q = rem / p.row_size[d];
-    const int64_t r = rem - q * p.row_size[d];
-    rem = q;
-#pragma unroll
-    for (int k = 0; k < kRsNumSlots; ++k) off[k] += r * p.row_stride[k][d];
-  }
-}
-
 /// The group's sums of s[0..kS) (tpr threads); every thread of the group gets the same bits: an
 /// xor butterfly (each lane adds the same pairs, + commutes bit for bit), then one shared-memory
 /// step read by every thread in warp order.
@@ -373,7 +357,7 @@ __global__ void __launch_bounds__(kRowsMaxThreads) rows_kernel(const RowsLaunch 
     const int64_t row = r0 + g;
     const bool active = row < p.rows;
     int64_t off[kRsNumSlots];
-    rows_offsets(p, active ? row : 0, off);
+    row_offsets(p, active ? row : 0, off);
     RowCtx<T> c;
     c.d = static_cast<M>(D);
     c.x = in[0] + off[detail::kRsIn0];
