@@ -943,6 +943,41 @@ struct ClassGeometry {
   bool columns = false;
 };
 
+/// The row dims of a class / rows launch, added outer to inner: a dim merges into the previous
+/// (outer) one where every slot in use has strides that line up. write() stores them innermost
+/// first into a launch's row_ndim, row_size[d] and row_stride[slot][d].
+template <int N>
+struct RowDims {
+  struct Dim {
+    int64_t size;
+    std::array<int64_t, N> stride;
+  };
+  std::vector<Dim> dims;
+  void add(int64_t size, const std::array<int64_t, N>& stride, const std::array<bool, N>& used) {
+    if (!dims.empty()) {
+      Dim& prev = dims.back();
+      bool merge = true;
+      for (int k = 0; k < N; ++k)
+        if (used[k] && prev.stride[k] != stride[k] * size) merge = false;
+      if (merge) {
+        prev.size *= size;
+        prev.stride = stride;
+        return;
+      }
+    }
+    dims.push_back({size, stride});
+  }
+  template <class L>
+  void write(L& p) const {
+    p.row_ndim = static_cast<int>(dims.size());
+    for (size_t k = 0; k < dims.size(); ++k) {
+      const Dim& dm = dims[dims.size() - 1 - k];
+      p.row_size[k] = dm.size;
+      for (int s = 0; s < N; ++s) p.row_stride[s][k] = dm.stride[s];
+    }
+  }
+};
+
 ClassGeometry class_geometry(const LossDesc& d, const LossArgs& a, int64_t rows, int64_t C) {
   using namespace detail;
   ClassGeometry g;
@@ -968,37 +1003,18 @@ ClassGeometry class_geometry(const LossDesc& d, const LossArgs& a, int64_t rows,
     if (!bw) put(kCsLoss, a.out.data, a.out.layout);
     put(kCsDy, a.dy.data, a.dy.layout);
   }
-  // Row dims, outer to inner, without size-1 dims; a dim merges into the previous (outer) one
-  // where every present slot allows it.
-  struct Dim {
-    int64_t size;
-    std::array<int64_t, kCsNumSlots> stride;
-  };
-  std::vector<Dim> dims;
+  // Row dims, outer to inner, without size-1 dims.
+  RowDims<kCsNumSlots> rd;
+  std::array<bool, kCsNumSlots> used{};
+  for (int k = 0; k < kCsNumSlots; ++k) used[k] = lay[k] != nullptr;
   for (int i = 0; i < x.rank; ++i) {
     if (i == cdim || x.dims[i] == 1) continue;
-    Dim dm{x.dims[i], {}};
     const int ri = i < cdim ? i : i - 1;  // the dim in row-shaped slots
-    for (int k = 0; k < kCsNumSlots; ++k) dm.stride[k] = lay[k] ? lay[k]->stride[k < kCsClassSlots ? i : ri] : 0;
-    if (!dims.empty()) {
-      Dim& prev = dims.back();
-      bool merge = true;
-      for (int k = 0; k < kCsNumSlots; ++k)
-        if (lay[k] && prev.stride[k] != dm.stride[k] * dm.size) merge = false;
-      if (merge) {
-        prev.size *= dm.size;
-        prev.stride = dm.stride;
-        continue;
-      }
-    }
-    dims.push_back(dm);
+    std::array<int64_t, kCsNumSlots> stride{};
+    for (int k = 0; k < kCsNumSlots; ++k) stride[k] = lay[k] ? lay[k]->stride[k < kCsClassSlots ? i : ri] : 0;
+    rd.add(x.dims[i], stride, used);
   }
-  g.p.row_ndim = static_cast<int>(dims.size());
-  for (size_t k = 0; k < dims.size(); ++k) {  // innermost first
-    const Dim& dm = dims[dims.size() - 1 - k];
-    g.p.row_size[k] = dm.size;
-    for (int s = 0; s < kCsNumSlots; ++s) g.p.row_stride[s][k] = dm.stride[s];
-  }
+  rd.write(g.p);
   const int vec = 16 / size_in_bytes(d.dtype);
   g.vec_ok = C % vec == 0 && C > 0;
   for (int k = 0; k < kCsClassSlots; ++k) {
@@ -1006,15 +1022,15 @@ ClassGeometry class_geometry(const LossDesc& d, const LossArgs& a, int64_t rows,
     g.p.cstride[k] = lay[k]->stride[cdim];
     if (g.p.cstride[k] != 1 && C > 1) g.vec_ok = false;
     if (reinterpret_cast<uintptr_t>(ptr[k]) % 16 != 0) g.vec_ok = false;
-    for (const Dim& dm : dims)
+    for (const auto& dm : rd.dims)
       if (dm.stride[k] % vec != 0) g.vec_ok = false;
   }
   // Column mapping: a strided class axis over many rows whose innermost row dim is unit-stride
   // in every class-shaped slot (torch's [N, C, H, W] layout).
-  if (!g.vec_ok && C > 1 && !dims.empty() && rows >= kColumnMinRows) {
+  if (!g.vec_ok && C > 1 && !rd.dims.empty() && rows >= kColumnMinRows) {
     g.columns = true;
     for (int k = 0; k < kCsClassSlots; ++k)
-      if (lay[k] && (g.p.cstride[k] == 1 || dims.back().stride[k] != 1)) g.columns = false;
+      if (lay[k] && (g.p.cstride[k] == 1 || rd.dims.back().stride[k] != 1)) g.columns = false;
   }
   return g;
 }
@@ -1085,36 +1101,17 @@ RowsGeometry rows_geometry(const LossDesc& d, const Shape& bcast, const LossArgs
       }
     }
   }
-  // Row dims, outer to inner, without size-1 dims; a dim merges into the previous one where every
-  // present slot allows it.
-  struct Dim {
-    int64_t size;
-    std::array<int64_t, kRsNumSlots> stride;
-  };
-  std::vector<Dim> dims;
+  // Row dims, outer to inner, without size-1 dims.
+  RowDims<kRsNumSlots> dims;
+  std::array<bool, kRsNumSlots> used{};
+  for (int k = 0; k < kRsNumSlots; ++k) used[k] = ptr[k] != nullptr;
   for (int i = 0; i + 1 < R; ++i) {
     if (bcast.dims[i] == 1) continue;
-    Dim dm{bcast.dims[i], {}};
-    for (int k = 0; k < kRsNumSlots; ++k) dm.stride[k] = ptr[k] ? st[k][i] : 0;
-    if (!dims.empty()) {
-      Dim& prev = dims.back();
-      bool merge = true;
-      for (int k = 0; k < kRsNumSlots; ++k)
-        if (ptr[k] && prev.stride[k] != dm.stride[k] * dm.size) merge = false;
-      if (merge) {
-        prev.size *= dm.size;
-        prev.stride = dm.stride;
-        continue;
-      }
-    }
-    dims.push_back(dm);
+    std::array<int64_t, kRsNumSlots> stride{};
+    for (int k = 0; k < kRsNumSlots; ++k) stride[k] = ptr[k] ? st[k][i] : 0;
+    dims.add(bcast.dims[i], stride, used);
   }
-  p.row_ndim = static_cast<int>(dims.size());
-  for (size_t k = 0; k < dims.size(); ++k) {  // innermost first
-    const Dim& dm = dims[dims.size() - 1 - k];
-    p.row_size[k] = dm.size;
-    for (int sl = 0; sl < kRsNumSlots; ++sl) p.row_stride[sl][k] = dm.stride[sl];
-  }
+  dims.write(p);
   for (int k = 0; k < kRsElemSlots; ++k) p.estride[k] = ptr[k] && R > 0 ? st[k][R - 1] : 0;
   for (int k = 0; k < 3; ++k) {
     p.in[k] = ptr[kRsIn0 + k];
