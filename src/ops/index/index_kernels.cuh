@@ -5,33 +5,13 @@
 
 #include <cstdint>
 
+#include "kernels/common/words.cuh"
 #include "ops/index/index_launch.hpp"
 
 namespace baracuda::detail::idx {
 
-/// The integer word that moves one element of EB bytes (16: one 128-bit access).
-template <int EB>
-struct Word;
-template <>
-struct Word<1> {
-  using type = uint8_t;
-};
-template <>
-struct Word<2> {
-  using type = uint16_t;
-};
-template <>
-struct Word<4> {
-  using type = uint32_t;
-};
-template <>
-struct Word<8> {
-  using type = unsigned long long;
-};
-template <>
-struct Word<16> {
-  using type = uint4;
-};
+/// The integer word that moves one element of EB bytes (kernels/common/words.cuh).
+using ::baracuda::kern::Word;
 
 /// 16 bytes passed by value to a kernel (fill values, one_hot's one), read back at the width of
 /// the element.

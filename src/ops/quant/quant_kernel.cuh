@@ -32,6 +32,7 @@
 #include <cuda/std/type_traits>
 
 #include "kernels/common/dtype_traits.cuh"
+#include "kernels/common/words.cuh"
 #include "ops/quant/quant_launch.hpp"
 
 namespace baracuda::kern::quant {
@@ -50,29 +51,6 @@ template <class Q>
 inline constexpr bool kFp8 = cuda::std::is_same_v<Q, __nv_fp8_e4m3> || cuda::std::is_same_v<Q, __nv_fp8_e5m2>;
 
 // ---- memory words ----------------------------------------------------------------------------------
-template <int N>
-struct Word;
-template <>
-struct Word<1> {
-  using type = uint8_t;
-};
-template <>
-struct Word<2> {
-  using type = uint16_t;
-};
-template <>
-struct Word<4> {
-  using type = uint32_t;
-};
-template <>
-struct Word<8> {
-  using type = uint2;
-};
-template <>
-struct Word<16> {
-  using type = uint4;
-};
-
 /// Loads / stores N bytes as one access (the address is N-aligned).
 template <int N>
 __device__ __forceinline__ void load_bytes(const void* src, void* dst) {
