@@ -274,26 +274,6 @@ cudaError_t staged_with(const Geom& g, int dim, char* out, const char* src, cons
   return cudaGetLastError();
 }
 
-/// Calls fn.template operator()<EB, IT>() for the element bytes and the index dtype.
-template <class Fn>
-cudaError_t by_width(int eb, DType index_dtype, Fn&& fn) {
-  const bool s32 = index_dtype == DType::s32;
-  switch (eb) {
-    case 1:
-      return s32 ? fn.template operator()<1, int32_t>() : fn.template operator()<1, int64_t>();
-    case 2:
-      return s32 ? fn.template operator()<2, int32_t>() : fn.template operator()<2, int64_t>();
-    case 4:
-      return s32 ? fn.template operator()<4, int32_t>() : fn.template operator()<4, int64_t>();
-    case 8:
-      return s32 ? fn.template operator()<8, int32_t>() : fn.template operator()<8, int64_t>();
-    case 16:
-      return s32 ? fn.template operator()<16, int32_t>() : fn.template operator()<16, int64_t>();
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 bool gather_rows_ok(const Geom& g) { return g.rs == 1 && g.ssize[0] >= 32; }
