@@ -26,6 +26,7 @@
 #include <cuda/std/limits>
 
 #include "kernels/common/dtype_traits.cuh"
+#include "kernels/common/smem_optin.cuh"
 #include "ops/loss/ctc_launch.hpp"
 
 namespace baracuda::kern::ctc {
@@ -468,12 +469,8 @@ __global__ void __launch_bounds__(detail::kCtcGradWarps * 32) ctc_grad_kernel(co
 // ---- launch sequence ----------------------------------------------------------------------------------
 template <class T, class A, int K>
 cudaError_t launch_items(const CtcLaunch& p, cudaStream_t stream) {
-  auto kernel = ctc_item_kernel<T, A, K>;
-  if (p.smem_bytes > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem_bytes));
-    if (e != cudaSuccess) return e;
-  }
+  constexpr auto kernel = &ctc_item_kernel<T, A, K>;
+  if (const cudaError_t e = allow_smem<kernel>(static_cast<size_t>(p.smem_bytes)); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(p.N), !p.backward && p.beta ? 2u : 1u);
   kernel<<<grid, p.threads, p.smem_bytes, stream>>>(p);
   return cudaGetLastError();

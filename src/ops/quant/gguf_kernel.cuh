@@ -28,6 +28,7 @@
 #include <cuda/std/type_traits>
 
 #include "kernels/common/dtype_traits.cuh"
+#include "kernels/common/smem_optin.cuh"
 #include "ops/quant/gguf_formats.cuh"
 #include "ops/quant/gguf_launch.hpp"
 
@@ -267,26 +268,6 @@ __global__ void gguf_matvec_reduce_kernel(const detail::GgufMatvecLaunch p) {
   static_cast<T*>(p.y)[e] = convert<T>(v);
 }
 
-/// Raises `kKernel`'s dynamic shared-memory limit to the device's opt-in maximum when a launch needs
-/// more than the default 48 KiB: once per kernel and device (a benign race: the call is idempotent).
-template <auto kKernel>
-cudaError_t allow_smem(size_t bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  static unsigned long long done = 0;  // one bit per device ordinal < 64
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  const unsigned long long bit = dev < 64 ? 1ull << dev : 0ull;
-  if (bit && (__atomic_load_n(&done, __ATOMIC_RELAXED) & bit)) return cudaSuccess;
-  int optin = 0;
-  if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev); e != cudaSuccess)
-    return e;
-  if (bytes > static_cast<size_t>(optin)) return cudaErrorInvalidValue;
-  if (cudaError_t e = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
-      e != cudaSuccess)
-    return e;
-  if (bit) __atomic_fetch_or(&done, bit, __ATOMIC_RELAXED);
-  return cudaSuccess;
-}
 
 }  // namespace baracuda::kern::gguf
 

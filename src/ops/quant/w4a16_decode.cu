@@ -42,6 +42,7 @@
 #include <cuda/std/type_traits>
 
 #include "kernels/common/dtype_traits.cuh"
+#include "kernels/common/smem_optin.cuh"
 #include "ops/quant/quant_launch.hpp"
 
 namespace baracuda::kern::w4a16 {
@@ -354,16 +355,8 @@ __global__ void __launch_bounds__(kThreads, kHi || kWide ? 2 : 3) w4a16_decode_k
 
 template <class T, bool kHi, bool kWide, int kSpg, bool kStaged>
 cudaError_t launch_kernel(const detail::W4A16Launch& p, size_t smem, cudaStream_t stream) {
-  auto* kernel = &w4a16_decode_kernel<T, kHi, kWide, kSpg, kStaged>;
-  if constexpr (kStaged) {
-    // Above 48 KB of shared memory, static (the partial sums, <= 8 KB) included, a kernel must
-    // opt in (an idempotent, cheap call).
-    if (smem + sizeof(float) * kWarps * 32 * 8 > 48 * 1024) {
-      const cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStageBytes));
-      if (e != cudaSuccess) return e;
-    }
-  }
+  constexpr auto kernel = &w4a16_decode_kernel<T, kHi, kWide, kSpg, kStaged>;
+  if (const cudaError_t e = allow_smem<kernel>(smem); e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((p.n + kCols - 1) / kCols));
   kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
