@@ -18,7 +18,7 @@ norm that do not merge into one strided dim are copied to a contiguous tensor fi
 from . import _C
 from ._autograd import current_stream, dl, require_torch, torch
 
-__all__ = ["softmax", "log_softmax", "masked_softmax", "normalize", "sparsemax", "gumbel_softmax", "layer_norm",
+__all__ = ["softmax", "log_softmax", "masked_softmax", "masked_log_softmax", "normalize", "sparsemax", "gumbel_softmax", "layer_norm",
            "rms_norm", "add_rms_norm", "add_layer_norm", "softmax_backward", "log_softmax_backward",
            "layer_norm_backward", "rms_norm_backward",
            "batch_norm", "instance_norm", "group_norm", "local_response_norm", "native_batch_norm",
@@ -312,14 +312,22 @@ if torch is not None:
             y = _softmax_fw(op, x, dim, mask)
             ctx.save_for_backward(y)
             ctx.dim, ctx.op = dim, op
+            ctx.bool_mask = mask if mask is not None and mask.dtype == torch.bool else None
             return y
 
         @staticmethod
         @once_differentiable
         def backward(ctx, grad):
-            # A masked softmax's gradient is softmax's on its output (y = 0 where excluded).
+            # A masked softmax's gradient is softmax's on its output (y = 0 where excluded). Masked
+            # log_softmax's is log_softmax's, zeroed where a boolean mask excluded (constant -inf
+            # outputs there; log_softmax's formula would pass dy through).
             (y,) = ctx.saved_tensors
-            return _softmax_bw(ctx.op, grad, y, ctx.dim), None, None, None
+            dx = _softmax_bw(ctx.op, grad, y, ctx.dim)
+            if ctx.op == "log_softmax" and ctx.bool_mask is not None:
+                from . import functional as _F  # lazily: functional imports this module
+
+                dx = _F.masked_fill(dx, ctx.bool_mask, 0.0)
+            return dx, None, None, None
 
     class NormalizeFunction(torch.autograd.Function):
         """F.normalize (any p); the backward reads the input."""
@@ -462,26 +470,38 @@ def _softmax_common(op, input, dim, dtype):
     return _softmax_fw(op, input, dim)
 
 
+def _masked(op, name, input, mask, dim):
+    require_torch()
+    _check_cuda(name, input)
+    _check_cuda(name, mask)
+    if not input.dtype.is_floating_point:
+        raise RuntimeError(f"{name}: expected a floating point input, got {input.dtype}")
+    if mask.dtype != torch.bool and mask.dtype != input.dtype:
+        mask = mask.to(input.dtype)
+    if mask.dim() > input.dim():
+        raise RuntimeError(f"{name}: mask of shape {list(mask.shape)} does not broadcast to the input's "
+                           f"{list(input.shape)}")
+    dim = _softmax_dim(name, dim, input.dim())
+    mask = mask.detach()
+    if _grad_mode(input):
+        return SoftmaxFunction.apply(input, dim, op, mask)
+    return _softmax_fw(op, input, dim, mask)
+
+
 def masked_softmax(input, mask, dim=-1):
     """Softmax over `dim` with a mask broadcast to `input` (torch rules). A bool mask excludes the
     elements where it is True (torch._masked_softmax; a row with every element excluded gives
     zeros); a float mask of input's dtype is added before the softmax (-inf excludes; a row of
     -inf gives NaN, as torch.softmax(input + mask) does). Differentiable in `input`."""
-    require_torch()
-    _check_cuda("masked_softmax", input)
-    _check_cuda("masked_softmax", mask)
-    if not input.dtype.is_floating_point:
-        raise RuntimeError(f"masked_softmax: expected a floating point input, got {input.dtype}")
-    if mask.dtype != torch.bool and mask.dtype != input.dtype:
-        mask = mask.to(input.dtype)
-    if mask.dim() > input.dim():
-        raise RuntimeError(f"masked_softmax: mask of shape {list(mask.shape)} does not broadcast to the input's "
-                           f"{list(input.shape)}")
-    dim = _softmax_dim("masked_softmax", dim, input.dim())
-    mask = mask.detach()
-    if _grad_mode(input):
-        return SoftmaxFunction.apply(input, dim, "softmax", mask)
-    return _softmax_fw("softmax", input, dim, mask)
+    return _masked("softmax", "masked_softmax", input, mask, dim)
+
+
+def masked_log_softmax(input, mask, dim=-1):
+    """log of masked_softmax, same mask conventions: a bool mask excludes where True (-inf there;
+    a row with every element excluded gives -inf everywhere, and excluded elements get a zero
+    gradient, as through input.masked_fill(mask, -inf)); a float mask is added in f32 first
+    (torch.log_softmax(input + mask)). Differentiable in `input`."""
+    return _masked("log_softmax", "masked_log_softmax", input, mask, dim)
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):

@@ -458,8 +458,10 @@ TEST(NormMask, Validation) {
   d.mask_shape = Shape::of({1, 1, 8, 16});
   EXPECT_FAILS_WITH(NormPlan::select(kTarget, d), Status::InvalidProblem, "mask rank");
   d.mask_shape = Shape::of({16});
-  d.op = NormOp::log_softmax;
-  EXPECT_FAILS_WITH(NormPlan::select(kTarget, d), Status::Unsupported, "log_softmax", "softmax only");
+  d.op = NormOp::log_softmax;  // masked log_softmax: the log of masked softmax
+  EXPECT_TRUE(NormPlan::select(kTarget, d).ok()) << NormPlan::select(kTarget, d).message();
+  d.op = NormOp::sparsemax;
+  EXPECT_FAILS_WITH(NormPlan::select(kTarget, d), Status::Unsupported, "softmax and log_softmax only", "sparsemax");
   d.op = NormOp::softmax;
   d.direction = Direction::Backward;
   EXPECT_FAILS_WITH(NormPlan::select(kTarget, d), Status::InvalidProblem, "softmax_backward", "mask");

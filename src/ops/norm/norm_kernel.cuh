@@ -204,12 +204,16 @@ struct OpDefaults {
 
 /// softmax / log_softmax forward: one pass of (max, sum of exp(x - max)), merged online.
 /// kFast: the storage type is 16-bit, so exp takes the __expf path (see sm_exp).
-template <bool kLog, bool kFast = false>
+/// kMask: the masked instantiation (launched only when a mask is given). A separate one because a
+/// maskable row is held unpacked in f32 (the additive mask is added in f32, see kPacked): the
+/// unmasked 16-bit forward packs its row and runs at more CTAs an SM (H100, [16384, 4096] bf16
+/// softmax: 68% of copy bandwidth when every softmax was maskable, vs 93% for log_softmax).
+template <bool kLog, bool kFast = false, bool kMask = false>
 struct SoftmaxFw : OpDefaults {
   static constexpr NormOp kOp = kLog ? NormOp::log_softmax : NormOp::softmax;
   static constexpr Direction kDir = Direction::Forward;
   static constexpr int kIn = 1, kPasses = 1;
-  static constexpr bool kMaskable = !kLog;
+  static constexpr bool kMaskable = kMask;
   template <class M>
   __device__ static Acc<M> identity() {
     return {neg_inf<M>(), M(0)};
@@ -242,6 +246,8 @@ struct SoftmaxFw : OpDefaults {
   template <class M>
   __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
     if constexpr (kLog) {
+      // A boolean mask that excluded the whole row: log of masked softmax's zeros.
+      if (kMask && st.c1 != M(0) && st.mean == neg_inf<M>()) return neg_inf<M>();
       return (x[0] - st.mean) - st.rstd;
     } else {
       if (st.c1 != M(0) && st.mean == neg_inf<M>()) return M(0);  // a boolean mask excluded the whole row
@@ -1106,9 +1112,9 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
   // Packed rows: f16/bf16 rows stay in registers as loaded (two elements a register) and widen
   // to f32 at each use, halving the registers the row takes (32 items: 16 instead of 32). Those
   // registers bound the rows resident per SM and so the bytes in flight (norm_min_ctas). Lossless:
-  // every held value is a T (loaded, or x + residual already rounded to T); only the softmax
-  // forward, whose additive mask is added in f32, and gumbel_softmax's, whose noise is, keep f32
-  // rows. Not for the softmax/normalize backward (it cost them a few registers, 4 -> 3 CTAs);
+  // every held value is a T (loaded, or x + residual already rounded to T); only the masked
+  // softmax / log_softmax forward, whose additive mask is added in f32, and gumbel_softmax's,
+  // whose noise is, keep f32 rows. Not for the softmax/normalize backward (it cost them a few registers, 4 -> 3 CTAs);
   // the layer/rms_norm backward needs it to fit 64 registers (norm_min_ctas).
   constexpr bool kPacked = sizeof(T) == 2 && sizeof(M) == 4 && kV == 8 && !Op::kMaskable && !kAddsNoise<Op> &&
                            (Op::kDir == Direction::Forward || Op::kParamGrad);
@@ -1488,9 +1494,11 @@ cudaError_t norm_launch(const NormLaunch& p, cudaStream_t stream) {
   if constexpr (Dir == Direction::Forward) {
     switch (p.op) {
       case NormOp::softmax:
-        return k::launch_rows<T, k::SoftmaxFw<false, sizeof(T) == 2>>(p, stream);
+        return p.mask ? k::launch_rows<T, k::SoftmaxFw<false, sizeof(T) == 2, true>>(p, stream)
+                      : k::launch_rows<T, k::SoftmaxFw<false, sizeof(T) == 2>>(p, stream);
       case NormOp::log_softmax:
-        return k::launch_rows<T, k::SoftmaxFw<true, sizeof(T) == 2>>(p, stream);
+        return p.mask ? k::launch_rows<T, k::SoftmaxFw<true, sizeof(T) == 2, true>>(p, stream)
+                      : k::launch_rows<T, k::SoftmaxFw<true, sizeof(T) == 2>>(p, stream);
       case NormOp::layer_norm:
         return k::launch_rows<T, k::LayerNormFw>(p, stream);
       case NormOp::rms_norm:

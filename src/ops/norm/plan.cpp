@@ -245,12 +245,12 @@ Result<void> check_desc(const NormDesc& d) {
       return invalid(label + ": axis expected in [" + std::to_string(-r) + ", " + std::to_string(r) + ") for a rank-" +
                      std::to_string(d.shape.rank) + " input, got " + std::to_string(d.axis));
     if (d.mask != NormMask::none) {
-      if (d.op != NormOp::softmax)
-        return unsupported(label + ": a mask is supported by softmax only (masked log_softmax is not built)");
+      if (d.op != NormOp::softmax && d.op != NormOp::log_softmax)
+        return unsupported(label + ": a mask is supported by softmax and log_softmax only, got " + in.name);
       if (d.direction == Direction::Backward)
         return invalid(label +
-                       ": mask expected none for the backward (softmax's backward on its output is the "
-                       "masked softmax's backward), got a mask");
+                       ": mask expected none for the backward (the backward on the output is the masked "
+                       "op's backward), got a mask");
       if (d.mask_shape.rank < 0 || d.mask_shape.rank > std::max(d.shape.rank, 0))
         return invalid(label + ": mask rank expected 0.." + std::to_string(d.shape.rank) + ", got " +
                        std::to_string(d.mask_shape.rank));
