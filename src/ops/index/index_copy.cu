@@ -1,12 +1,15 @@
 // The copy engine of the indexing family: the mapped strided copy (one kernel per element size,
-// plain or mapped, 32/64-bit index arithmetic), its row variant (16-byte output chunks along the
-// innermost dim: pad's forward) and the shared-memory tiled transpose.
+// plain or mapped, 32/64-bit index arithmetic), its row variants (pad's forward: warp tasks of
+// rows for short rows, 16-byte output chunks along the innermost dim for long ones) and the
+// shared-memory tiled transpose.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "ops/index/index_kernels.cuh"
 
@@ -255,38 +258,114 @@ __global__ void __launch_bounds__(256) row_copy_kernel(const CopyParams p, const
   }
 }
 
-/// Pad's forward for short rows (at most kWarpRowMax bytes an output row): a warp per output row,
-/// lanes over its elements. The outer dims are decomposed once per row (not per 16-byte chunk as
-/// in row_copy_kernel, where a row of e.g. 130 bf16 elements is cut into chunks that straddle
-/// rows: the H100 profile showed 17 of 32 lanes active and the kernel issue-bound at 18% of
-/// DRAM bandwidth). Element accesses are 2-byte wide but contiguous across the warp.
+/// Pad's forward for short rows (at most kWarpRowMax bytes an output row). A warp takes a *task*
+/// of `task_rows` consecutive output rows (a multiple of K = kRowBatch, at most 32) and moves it K
+/// rows at a time: for each 32-column strip of those K rows, each lane issues its K loads (one
+/// column, K rows) before the K stores. Costs taken out of the element loop:
+///  - the outer dims: lane k decomposes row k of the task once (locate_dims, divisions) and the
+///    warp reads the K rows' offsets of a batch with shuffles;
+///  - the inner dim's map: it is the same for every row, so the block tabulates the source offset
+///    of each output column once in shared memory (kNoSource: the fill) and a strip reads one
+///    entry per lane, whatever the mode (no switch, no divergence at the pad edges);
+///  - the column: lane + 32 * strip, no division.
+/// An element then costs about 9 instructions (sm_90a SASS: add, wide multiply-add and predicated
+/// load; add, wide multiply-add and store; the fill move), against ~30 when a lane walks a flat
+/// stream of rows.
+/// Bytes in flight: HBM3 at ~3 TB/s of copy bandwidth reads ~1.5 TB/s; at ~1 us of loaded latency
+/// that is ~1.5 MB of reads in flight, ~11 KB per SM of the 132. A warp per row with one element
+/// a lane, its store waiting on its load (the previous kernel), kept 64 B per warp, 4 KB per SM at
+/// 64 warps: 35% of the bandwidth measured. A batch keeps 32 * K * EB bytes per warp: 512 B for
+/// bf16, 1 KB for 4- and 8-byte elements (K = 4 for the latter), 256 B for 1-byte ones. 32-bit
+/// offsets take 48 registers a thread (no spills under the launch bound below), so 5 blocks, 40
+/// warps an SM: 20 KB per SM in flight for bf16, 40 KB for 4- and 8-byte elements, 10 KB for 1-byte
+/// ones. Accesses stay EB bytes wide but contiguous across the warp (64 B per bf16 request): the
+/// L1 request rate is far from a limit at this traffic, and wider words would need funnel shifts
+/// where the output and input rows are misaligned (pad's interior is shifted by the pad before).
+/// 130-element rows take 5 strips, 130 of 160 lanes busy.
 constexpr int kWarpRowMax = 2048;
+template <int EB>
+inline constexpr int kRowBatch = EB == 8 ? 4 : 8;  ///< rows a batch: loads a lane issues before storing
+
+// The bound caps 32-bit offsets at 48 registers (5 blocks an SM); 64-bit offsets need 64 to
+// keep the batch's offsets out of local memory (4 blocks).
 template <int EB, class I>
-__global__ void __launch_bounds__(256) warp_row_copy_kernel(const CopyParams p) {
+__global__ void __launch_bounds__(256, sizeof(I) == 4 ? 5 : 4)
+    warp_row_copy_kernel(const CopyParams p, const int task_rows) {
   using W = typename Word<EB>::type;
+  constexpr int K = kRowBatch<EB>;
+  constexpr I kNoSource = std::numeric_limits<I>::min();
+  constexpr unsigned kAll = 0xffffffffu;
+  extern __shared__ __align__(16) unsigned char row_smem[];
+  I* src_of = reinterpret_cast<I*>(row_smem);  // [32 * strips]: input offset of a column in its row
   W fill;
   memcpy(&fill, p.fill, EB);
   const W* in = reinterpret_cast<const W*>(p.in);
   W* out = reinterpret_cast<W*>(p.out);
   const int inner = p.rank - 1;
-  const I w_out = static_cast<I>(p.d[inner].out_size), n_in = static_cast<I>(p.d[inner].in_size);
-  const I a_in = static_cast<I>(p.d[inner].a), s_in = static_cast<I>(p.d[inner].in_stride);
-  const int mode = p.d[inner].mode;
-  const I rows = static_cast<I>(p.total / p.d[inner].out_size);
-  const int lane = threadIdx.x & 31;
-  const I warps = static_cast<I>(gridDim.x) * (blockDim.x / 32);
-  for (I r = static_cast<I>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
-    const RowAt<I> at = locate_dims<I>(p, 0, inner, r);
-    W* dst = out + at.out;
-    if (!at.ok) {
-      for (I j = lane; j < w_out; j += 32) dst[j] = fill;
-      continue;
-    }
-    for (I j = lane; j < w_out; j += 32) {
-      const I i = map_coord<I>(mode, j, n_in, a_in);
-      dst[j] = (i >= 0 && i < n_in) ? in[at.in + i * s_in] : fill;
+  const int w_out = static_cast<int>(p.d[inner].out_size);
+  const int cols = (w_out + 31) & ~31;  // whole strips; the padding columns read nothing
+  {
+    const I n_in = static_cast<I>(p.d[inner].in_size), a_in = static_cast<I>(p.d[inner].a);
+    const I s_in = static_cast<I>(p.d[inner].in_stride);
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+      const I i = j < w_out && n_in > 0 ? map_coord<I>(p.d[inner].mode, static_cast<I>(j), n_in, a_in) : I(-1);
+      src_of[j] = i >= 0 && i < n_in ? i * s_in : kNoSource;
     }
   }
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const I rows = static_cast<I>(p.total / p.d[inner].out_size);
+  const I tasks = (rows + task_rows - 1) / task_rows;
+  const I warps = static_cast<I>(gridDim.x) * (blockDim.x / 32);
+  for (I t = static_cast<I>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; t < tasks; t += warps) {
+    const I r0 = t * task_rows;
+    const int n = static_cast<int>(rows - r0 < task_rows ? rows - r0 : I(task_rows));
+    // Lanes past the task's last row repeat that row: a partial batch rewrites it with the same
+    // bytes instead of testing every slot.
+    const RowAt<I> mine = locate_dims<I>(p, 0, inner, r0 + (lane < n ? lane : n - 1));
+    const unsigned ok_rows = __ballot_sync(kAll, mine.ok);  // rows that read the input
+    for (int b = 0; b < n; b += K) {
+      I at_in[K], at_out[K];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {  // b + k < task_rows <= 32
+        at_in[k] = __shfl_sync(kAll, mine.in, b + k);
+        at_out[k] = __shfl_sync(kAll, mine.out, b + k);
+      }
+      // The strips of the batch; every_row: all K rows read the input (all but constant pad's
+      // border rows), so the loads test only the column.
+      auto strips = [&](auto every_row) {
+        const unsigned ok = ok_rows >> b;
+        for (int j = lane; j < cols; j += 32) {
+          const I s = src_of[j];
+          const bool reads = s != kNoSource;
+          W v[K];
+#pragma unroll
+          for (int k = 0; k < K; ++k) {
+            v[k] = fill;
+            if (reads && (every_row || ((ok >> k) & 1u))) v[k] = __ldg(in + (at_in[k] + s));
+          }
+          if (j < w_out) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) out[at_out[k] + j] = v[k];
+          }
+        }
+      };
+      constexpr unsigned kRows = (1u << K) - 1;
+      if (((ok_rows >> b) & kRows) == kRows)
+        strips(std::true_type{});
+      else
+        strips(std::false_type{});
+    }
+  }
+}
+
+/// Rows per warp task of warp_row_copy_kernel: one batch (K rows) while that leaves at least 64K
+/// tasks, so tasks stay short and the block scheduler balances the SMs; more (up to 32, whole
+/// batches) for very large pads, where a task's row decomposition (a division per outer dim, about
+/// a third of the issue of a batch of 130-element rows) is shared by more rows.
+int warp_row_task_rows(int64_t rows, int batch_rows) {
+  const int64_t per_task = rows / (int64_t{65536} * batch_rows);
+  return batch_rows * static_cast<int>(std::clamp<int64_t>(per_task, 1, 32 / batch_rows));
 }
 
 constexpr int kTileDim = 32;
@@ -437,13 +516,15 @@ cudaError_t row_copy_with(const CopyParams& p, bool i64, cudaStream_t stream) {
     if (p.d[d].in_size == 0) r.in_reach = 0;
     if (r.in_reach) r.in_reach += (p.d[d].in_size - 1) * p.d[d].in_stride;
   }
-  if (p.d[inner].out_size * EB <= kWarpRowMax) {  // short rows: a warp a row
-    const int64_t rows = p.total / p.d[inner].out_size;
-    const unsigned blocks = grid_for(rows, 1, 8);  // 8 warps (rows) a block
+  if (p.d[inner].out_size * EB <= kWarpRowMax) {  // short rows: a warp a task of rows
+    const int64_t w_out = p.d[inner].out_size, rows = p.total / w_out;
+    const int task_rows = warp_row_task_rows(rows, kRowBatch<EB>);
+    const unsigned blocks = grid_for((rows + task_rows - 1) / task_rows, 1, 8);  // 8 warps (tasks) a block
+    const size_t table = static_cast<size_t>((w_out + 31) & ~int64_t{31});       // src_of entries
     if (i64)
-      warp_row_copy_kernel<EB, int64_t><<<blocks, 256, 0, stream>>>(p);
+      warp_row_copy_kernel<EB, int64_t><<<blocks, 256, table * sizeof(int64_t), stream>>>(p, task_rows);
     else
-      warp_row_copy_kernel<EB, int32_t><<<blocks, 256, 0, stream>>>(p);
+      warp_row_copy_kernel<EB, int32_t><<<blocks, 256, table * sizeof(int32_t), stream>>>(p, task_rows);
     return cudaGetLastError();
   }
   // 32-bit arithmetic also needs the chunk counter to stay below 2^31 past one grid stride.
