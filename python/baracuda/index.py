@@ -1694,22 +1694,50 @@ def _lax_index(name, t):
     return t
 
 
+def _lax_batching(name, operand, idx, ob, ib, sizes=None):
+    """Operand batching dims (JAX's operand_batching_dims / *_indices_batching_dims) lowered as
+    StableHLO defines them: operand dim ob[k] takes the coordinate of index batch dim ib[k], i.e.
+    an iota over that dim appended to every index vector, with ob[k] added to the index map and to
+    the collapsed (inserted) dims. One extra small index tensor; the kernels stay unchanged.
+    Returns (the extended indices, the operand dims the iotas map to)."""
+    if len(ob) != len(ib):
+        raise ValueError(f"{name}: operand_batching_dims {list(ob)} and the indices batching dims {list(ib)} "
+                         f"expected of equal length")
+    batch_shape = idx.shape[:-1]
+    cols = []
+    for o, i in zip(ob, ib):
+        if not 0 <= o < operand.dim() or not 0 <= i < len(batch_shape):
+            raise ValueError(f"{name}: batching dims pair ({o}, {i}) expected an operand dim in [0, {operand.dim()}) "
+                             f"and an indices batch dim in [0, {len(batch_shape)})")
+        if operand.shape[o] != batch_shape[i]:
+            raise ValueError(f"{name}: operand batching dim {o} of size {operand.shape[o]} expected the size of "
+                             f"indices batch dim {i}, {batch_shape[i]}")
+        if sizes is not None and sizes[o] != 1:
+            raise ValueError(f"{name}: slice_sizes[{o}] expected 1 for an operand batching dim, got {sizes[o]}")
+        view = [1] * len(batch_shape)
+        view[i] = batch_shape[i]
+        cols.append(torch.arange(batch_shape[i], device=idx.device, dtype=idx.dtype).view(view).expand(batch_shape))
+    return torch.cat([idx] + [c.unsqueeze(-1) for c in cols], -1), tuple(ob)
+
+
 def lax_gather(operand, start_indices, dimension_numbers, slice_sizes, *, unique_indices=False,
                indices_are_sorted=False, mode=None, fill_value=None):
     """jax.lax.gather on torch tensors: dimension_numbers a jax.lax.GatherDimensionNumbers (or a
-    dict of offset_dims, collapsed_slice_dims, start_index_map), index vectors along the last dim
-    of start_indices, mode clip or fill (JAX's default; fill_value defaults as JAX's).
+    dict of offset_dims, collapsed_slice_dims, start_index_map, and optionally operand_batching_dims /
+    start_indices_batching_dims), index vectors along the last dim of start_indices, mode clip or
+    fill (JAX's default; fill_value defaults as JAX's).
     Differentiable in the operand (the transpose is lax_scatter_add, as JAX's)."""
     require_torch()
     _check_cuda("lax_gather", operand)
     offs, coll, sim, ob, ib = _dn(dimension_numbers, ("offset_dims", "collapsed_slice_dims", "start_index_map",
                                                       "operand_batching_dims", "start_indices_batching_dims"))
-    if ob or ib:
-        raise NotImplementedError("lax_gather: operand_batching_dims are not supported")
     idx = _lax_index("lax_gather", start_indices)
     m = _lax_mode(mode)
     fill = _lax_fill(operand.dtype, fill_value)
     sizes = [int(v) for v in slice_sizes]
+    if ob or ib:
+        idx, extra = _lax_batching("lax_gather", operand, idx, ob, ib, sizes)
+        sim, coll = sim + extra, tuple(sorted(coll + extra))
     if _grad_mode(operand):
         return _LaxGatherFunction.apply(operand, idx, (offs, coll, sim), sizes, m, fill)
     return _lax_gather(operand.detach(), idx, (offs, coll, sim), sizes, m, fill)
@@ -1721,9 +1749,10 @@ def _lax_scatter_public(name, reduce, operand, scatter_indices, updates, dimensi
     win, ins, s2o, ob, ib = _dn(dimension_numbers, ("update_window_dims", "inserted_window_dims",
                                                     "scatter_dims_to_operand_dims", "operand_batching_dims",
                                                     "scatter_indices_batching_dims"))
-    if ob or ib:
-        raise NotImplementedError(f"{name}: operand_batching_dims are not supported")
     idx = _lax_index(name, scatter_indices)
+    if ob or ib:
+        idx, extra = _lax_batching(name, operand, idx, ob, ib)
+        s2o, ins = s2o + extra, tuple(sorted(ins + extra))
     m = _lax_mode(mode)
     det = _deterministic(deterministic)
     if _grad_mode(operand, updates):

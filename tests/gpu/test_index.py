@@ -1604,13 +1604,20 @@ def test_lax_gather_vs_jax(case, mode):
     if mode == "fill":
         ref = from_jax(jax.lax.gather(to_jax(x), to_jax(idx32), dn, sizes, mode=mode, fill_value=0.5))
         same_values(F.lax_gather(x, idx32, dn, sizes, mode=mode, fill_value=0.5), ref, f"lax_gather fill_value {case}")
-    # the gradient: JAX's transpose is a scatter_add of the cotangent
+    lax_gather_grad_vs_jax(x, idx32, dn, sizes, mode, ("lg-g", case), f"lax_gather grad {case} {mode}")
+
+
+def lax_gather_grad_vs_jax(x, idx32, dn, sizes, mode, seed, what):
+    """The gradient of lax_gather (fill 0) against JAX's vjp (a scatter_add of the cotangent).
+    Returns the output's shape."""
+    jax, _, _ = jax_or_skip()
     xg = x.clone().requires_grad_()
     y = F.lax_gather(xg, idx32, dn, sizes, mode=mode, fill_value=0.0)
-    g = make(y.shape, torch.float32, "lg-g", case, lo=-4, hi=5)
+    g = make(y.shape, torch.float32, *seed, lo=-4, hi=5)
     (gx,) = torch.autograd.grad(y, xg, g)
     _, vjp = jax.vjp(lambda a: jax.lax.gather(a, to_jax(idx32), dn, sizes, mode=mode, fill_value=0.0), to_jax(x))
-    same_values(gx, from_jax(vjp(to_jax(g))[0]), f"lax_gather grad {case} {mode}")
+    same_values(gx, from_jax(vjp(to_jax(g))[0]), what)
+    return y.shape
 
 
 SCATTER_CASES = [
@@ -1706,3 +1713,101 @@ def test_lax_default_fill_values():
     assert torch.isnan(got).all(), got
     got = F.lax_gather(x.to(torch.uint8), idx_bad, dn, (1, 3))
     assert (got == 255).all(), got
+
+
+# ---- pad rows: the warp-task kernel's limits ----------------------------------------------------------
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("dt", [torch.uint8, torch.bfloat16, torch.float32, torch.float64], ids=str)
+def test_pad_rows_around_warp_row_limit(mode, dt):
+    """Output rows of 2 KB - 1 element, 2 KB (the last width the warp-task kernel takes: many
+    32-column strips, the last one partial) and 2 KB + 1 element (the 16-byte chunk kernel), with
+    a padded outer dim (constant pad's border rows mixed with reading rows in a batch) and row
+    counts that leave a partial batch."""
+    eb = torch.empty((), dtype=dt).element_size()
+    for w_out in (2048 // eb - 1, 2048 // eb, 2048 // eb + 1):
+        x = make((3, 5, w_out - 3), dt, "padrows-limit", w_out, mode, dt)
+        for pad in [(1, 2), (2, 1, 1, 0)]:
+            same_bits(F.pad(x, pad, mode), ref_op(lambda t: pad_reference(t, pad, mode), x),
+                      f"pad rows width {w_out} {mode} {pad}")
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect"])
+def test_pad_rows_many_rows(mode):
+    """Over a million short rows: the warp-task kernel's tasks take two batches of rows, the last
+    task is partial (a full batch and 2 rows)."""
+    x = make((2, 524291, 16), torch.bfloat16, "padrows-many", mode)
+    pad = (1, 1, 1, 1)
+    same_bits(F.pad(x, pad, mode), ref_op(lambda t: pad_reference(t, pad, mode), x), f"pad many rows {mode}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["constant", "reflect"])
+def test_pad_rows_past_2_30_elements(mode):
+    """2^30 output elements: the warp-task kernel with 64-bit offsets (1-byte elements)."""
+    free, _ = torch.cuda.mem_get_info()
+    if free < 6 * (1 << 30):
+        pytest.skip("needs 6 GiB free")
+    x = torch.randint(0, 256, (4, 2065000, 128), dtype=torch.uint8, device=DEV)
+    pad = (1, 1, 1, 1)
+    got = F.pad(x, pad, mode)
+    assert got.numel() >= 1 << 30
+    same_bits(got, pad_reference(x, pad, mode), f"pad past 2^30 elements {mode}")
+
+
+BATCHED_GATHER_CASES = [
+    # operand, indices shape, offset_dims, collapsed, start_index_map, operand_batching, indices_batching, sizes
+    ((4, 10, 6), (4, 5, 1), (2,), (1,), (1,), (0,), (0,), (1, 1, 6)),
+    ((10, 3, 6), (5, 3, 1), (2,), (0,), (0,), (1,), (1,), (1, 1, 6)),
+    ((3, 8, 2, 5), (2, 4, 3, 2), (3,), (1,), (1, 3), (0, 2), (2, 0), (1, 1, 1, 3)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BATCHED_GATHER_CASES)))
+@pytest.mark.parametrize("mode", ["clip", "fill"])
+def test_lax_gather_scatter_batching_dims_vs_jax(case, mode):
+    """JAX's operand_batching_dims: gather, scatter_add (same dims as the gather's transpose) and
+    both gradients, against JAX."""
+    jax, jnp, _ = jax_or_skip()
+    oshape, ishape, offs, coll, sim, ob, ib, sizes = BATCHED_GATHER_CASES[case]
+    try:
+        dn = jax.lax.GatherDimensionNumbers(offset_dims=offs, collapsed_slice_dims=coll, start_index_map=sim,
+                                            operand_batching_dims=ob, start_indices_batching_dims=ib)
+        sdn = jax.lax.ScatterDimensionNumbers(update_window_dims=offs, inserted_window_dims=coll,
+                                              scatter_dims_to_operand_dims=sim, operand_batching_dims=ob,
+                                              scatter_indices_batching_dims=ib)
+    except TypeError as e:
+        pytest.skip(f"this JAX has no operand batching dims: {e}")
+    x = randf(oshape, torch.float32, "lgb", case)
+    idx32 = torch.randint(-2, 11, ishape, generator=gen("lgb-i", case), dtype=torch.int32).to(DEV)
+    ref = from_jax(jax.lax.gather(to_jax(x), to_jax(idx32), dn, sizes, mode=mode, fill_value=0.0))
+    for it in INDEX_DTYPES:
+        same_values(F.lax_gather(x, idx32.to(it), dn, sizes, mode=mode, fill_value=0.0), ref,
+                    f"lax_gather batching {case} {mode} {it}")
+    yshape = lax_gather_grad_vs_jax(x, idx32, dn, sizes, mode, ("lgb-g", case),
+                                    f"lax_gather batching grad {case} {mode}")
+    upd = make(yshape, torch.float32, "lgb-u", case, lo=-3, hi=4)
+    x = make(oshape, torch.float32, "lgb-x", case, lo=-3, hi=4)
+    ref = from_jax(jax.lax.scatter_add(to_jax(x), to_jax(idx32), to_jax(upd), sdn, mode=mode))
+    for det in (False, True):
+        same_values(F.lax_scatter_add(x, idx32, upd, sdn, mode=mode, deterministic=det), ref,
+                    f"lax_scatter_add batching {case} {mode} det={det}")
+    xg, ug = x.clone().requires_grad_(), upd.clone().requires_grad_()
+    y = F.lax_scatter_add(xg, idx32, ug, sdn, mode=mode)
+    g = make(y.shape, torch.float32, "lgb-sg", case, lo=-4, hi=5)
+    got = torch.autograd.grad(y, (xg, ug), g)
+    _, vjp = jax.vjp(lambda a, u: jax.lax.scatter_add(a, to_jax(idx32), u, sdn, mode=mode), to_jax(x), to_jax(upd))
+    for a, b, what in zip(got, vjp(to_jax(g)), ("operand", "updates")):
+        same_values(a, from_jax(b), f"lax_scatter_add batching grad {what} {case} {mode}")
+
+
+def test_lax_batching_dims_errors():
+    x = randf((4, 10, 6), torch.float32, "lgbe")
+    idx = torch.zeros((3, 5, 1), dtype=torch.int32, device=DEV)
+    dn = {"offset_dims": (2,), "collapsed_slice_dims": (1,), "start_index_map": (1,), "operand_batching_dims": (0,),
+          "start_indices_batching_dims": (0,)}
+    with pytest.raises(ValueError, match="size 4 expected the size of indices batch dim 0, 3"):
+        F.lax_gather(x, idx, dn, (1, 1, 6))
+    with pytest.raises(ValueError, match="slice_sizes"):
+        F.lax_gather(x, torch.zeros((4, 5, 1), dtype=torch.int32, device=DEV), dn, (2, 1, 6))
+    with pytest.raises(ValueError, match="equal length"):
+        F.lax_gather(x, idx, dict(dn, start_indices_batching_dims=()), (1, 1, 6))

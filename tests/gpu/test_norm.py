@@ -413,6 +413,17 @@ def test_norm_rms_default_eps():
 
 
 # ---- masked softmax --------------------------------------------------------------------------------
+def mask_bits(shape, *seed):
+    """30% of the elements excluded; mshape "row" (seed[2]) excludes one whole row. Returns the
+    bits on the device and the generator (the additive masks draw their values from it next)."""
+    g = gen(*seed)
+    bits = torch.rand(shape, generator=g) < 0.3
+    if seed[2] == "row":  # whole rows excluded
+        bits = torch.zeros(shape, dtype=torch.bool)
+        bits[0, 1, 2, 0] = True
+    return bits.to(DEV), g
+
+
 @pytest.mark.parametrize("kind", ["bool", "additive"])
 @pytest.mark.parametrize("mshape", ["full", "key_padding", "row", "col"])
 @pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
@@ -421,12 +432,7 @@ def test_masked_softmax(kind, mshape, dt, n):
     B, H, S = 2, 3, 5  # x [B, H, S, n], softmax over n
     x = randn((B, H, S, n), dt, "mask", kind, mshape, n, scale=2.0)
     shape = {"full": (B, H, S, n), "key_padding": (B, 1, 1, n), "row": (B, H, S, 1), "col": (n,)}[mshape]
-    g = gen("maskbits", kind, mshape, n)
-    bits = torch.rand(shape, generator=g) < 0.3
-    if mshape == "row":  # whole rows excluded
-        bits = torch.zeros(shape, dtype=torch.bool)
-        bits[0, 1, 2, 0] = True
-    bits = bits.to(DEV)
+    bits, g = mask_bits(shape, "maskbits", kind, mshape, n)
     if kind == "bool":
         mask = bits
         z = x.to(UP[dt]).masked_fill(bits, float("-inf"))
@@ -461,12 +467,7 @@ def test_masked_log_softmax(kind, mshape, dt, n):
     B, H, S = 2, 3, 5
     x = randn((B, H, S, n), dt, "lmask", kind, mshape, n, scale=2.0)
     shape = {"full": (B, H, S, n), "key_padding": (B, 1, 1, n), "row": (B, H, S, 1)}[mshape]
-    g = gen("lmaskbits", kind, mshape, n)
-    bits = torch.rand(shape, generator=g) < 0.3
-    if mshape == "row":  # whole rows excluded
-        bits = torch.zeros(shape, dtype=torch.bool)
-        bits[0, 1, 2, 0] = True
-    bits = bits.to(DEV)
+    bits, g = mask_bits(shape, "lmaskbits", kind, mshape, n)
     up = UP[dt]
     xu = x.to(up).requires_grad_()
     if kind == "bool":

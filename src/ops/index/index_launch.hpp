@@ -262,11 +262,14 @@ int64_t linearized_slices(const IndexDesc& d, bool per_element = false);
 
 // ---- select engine (nonzero, masked_select, masked_scatter) --------------------------------------
 /// Elements in row-major order of `size`; tile t covers elements [t * kSelectTile, (t + 1) *
-/// kSelectTile). An element is selected when its bytes in `sel` (sel_bytes wide) AND nz_mask are
-/// not all zero (floats: every bit but the sign, so -0 is zero and NaN is not).
+/// kSelectTile), one CTA of kSelectThreads in both passes. A thread owns kSelectItems chunks of
+/// kSelectChunk consecutive elements (chunk k * kSelectThreads + thread of the tile) and ranks
+/// each as one 16-bit mask. An element is selected when its bytes in `sel` (sel_bytes wide) AND
+/// nz_mask are not all zero (floats: every bit but the sign, so -0 is zero and NaN is not).
 inline constexpr int kSelectThreads = 256;
-inline constexpr int kSelectItems = 16;
-inline constexpr int64_t kSelectTile = int64_t{kSelectThreads} * kSelectItems;
+inline constexpr int kSelectChunk = 16;
+inline constexpr int kSelectItems = 4;
+inline constexpr int64_t kSelectTile = int64_t{kSelectThreads} * kSelectChunk * kSelectItems;
 enum class SelectOp : int { nonzero, masked_select, masked_scatter };
 struct SelectParams {
   int rank = 0;
@@ -291,7 +294,8 @@ struct SelectParams {
   /// coordinates of the selected elements only
   int coord_rank = 0;
   int64_t coord_size[kRank] = {};
-  // masked_scatter's source, read at its row-major position k
+  // masked_scatter's source, read at its row-major position k (size-1 dims dropped, contiguous
+  // neighbours merged)
   const char* src = nullptr;
   int src_rank = 0;
   int64_t src_size[kRank] = {};
@@ -305,9 +309,10 @@ int64_t select_tiles(const IndexDesc& d);
 cudaError_t launch_select_count(const SelectParams& p, cudaStream_t stream);
 /// After the scan: writes *count from the last tile (the count-only phase).
 cudaError_t launch_select_total(const SelectParams& p, cudaStream_t stream);
-/// Pass 2: each CTA rescans its tile and writes its selected elements at tile_offsets[t] + rank;
-/// nonzero also fills the rows in [count, bound) and block 0 writes *count. data_bytes: element
-/// size of x / out / source (masked ops).
+/// Pass 2: each CTA rescans its tile and writes its selected elements at tile_offsets[t] + rank
+/// (warp-cooperative: coalesced outputs); nonzero also fills the rows in [count, bound) and block
+/// 0 writes *count. data_bytes: element size of x / out / source (masked ops). Both passes read
+/// a contiguous 1-byte selector (any alignment) 16 bytes a lane; others an element a lane.
 cudaError_t launch_select_write(const SelectParams& p, SelectOp op, int data_bytes, cudaStream_t stream);
 /// CUB's exclusive sum of n int64 (index_sort.cu): scratch bytes (needs a device) and the scan.
 cudaError_t scan_temp_bytes(int64_t n, size_t* bytes);

@@ -807,12 +807,23 @@ ix::SelectParams select_params(const IndexDesc& d, const IndexArgs& a) {
   } else {
     p.out = static_cast<char*>(a.out.data);
     p.src = static_cast<const char*>(a.src.data);
-    p.src_rank = a.src.layout.rank;
-    for (int i = 0; i < p.src_rank; ++i) {
-      p.src_size[i] = a.src.layout.shape[i];
-      p.src_stride[i] = a.src.layout.stride[i];
-    }
     p.src_numel = a.src.numel();
+    // The source's dims merged the same way: a contiguous source (any shape) is one dim, read
+    // at r * stride with no decomposition of its position r.
+    int sr = 0;
+    for (int i = 0; i < a.src.layout.rank && p.src_numel > 0; ++i) {
+      const int64_t n = a.src.layout.shape[i], s = a.src.layout.stride[i];
+      if (n == 1) continue;
+      if (sr > 0 && p.src_stride[sr - 1] == s * n) {
+        p.src_size[sr - 1] *= n;
+        p.src_stride[sr - 1] = s;
+        continue;
+      }
+      p.src_size[sr] = n;
+      p.src_stride[sr] = s;
+      ++sr;
+    }
+    p.src_rank = sr;
   }
   return p;
 }
