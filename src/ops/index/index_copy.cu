@@ -275,10 +275,11 @@ __global__ void __launch_bounds__(256) row_copy_kernel(const CopyParams p, const
 /// that is ~1.5 MB of reads in flight, ~11 KB per SM of the 132. A warp per row with one element
 /// a lane, its store waiting on its load (the previous kernel), kept 64 B per warp, 4 KB per SM at
 /// 64 warps: 35% of the bandwidth measured. A batch keeps 32 * K * EB bytes per warp: 512 B for
-/// bf16, 1 KB for 4- and 8-byte elements (K = 4 for the latter), 256 B for 1-byte ones. 32-bit
-/// offsets take 48 registers a thread (no spills under the launch bound below), so 5 blocks, 40
-/// warps an SM: 20 KB per SM in flight for bf16, 40 KB for 4- and 8-byte elements, 10 KB for 1-byte
-/// ones. Accesses stay EB bytes wide but contiguous across the warp (64 B per bf16 request): the
+/// bf16, 1 KB for 4- and 8-byte elements (K = 4 for the latter), 256 B for 1-byte ones, and with
+/// 32-bit offsets a step takes U = 3 strips of it (3 x that in flight; 64 registers, 4 blocks, 32
+/// warps an SM: ~48 KB per SM for bf16). Measured on H100 for the bench's 130-element bf16 rows:
+/// one strip a step at 5 blocks 43% of copy bandwidth (ncu: L1TEX scoreboard stalls 61%, i.e.
+/// latency), two 53%, three 56-58% (40 us, torch 67 / 100 us). Accesses stay EB bytes wide but contiguous across the warp (64 B per bf16 request): the
 /// L1 request rate is far from a limit at this traffic, and wider words would need funnel shifts
 /// where the output and input rows are misaligned (pad's interior is shifted by the pad before).
 /// 130-element rows take 5 strips, 130 of 160 lanes busy.
@@ -286,13 +287,14 @@ constexpr int kWarpRowMax = 2048;
 template <int EB>
 inline constexpr int kRowBatch = EB == 8 ? 4 : 8;  ///< rows a batch: loads a lane issues before storing
 
-// The bound caps 32-bit offsets at 48 registers (5 blocks an SM); 64-bit offsets need 64 to
-// keep the batch's offsets out of local memory (4 blocks).
+// The bound caps both index widths at 64 registers (4 blocks an SM): U = 3 strips of 32-bit
+// offsets and one strip of 64-bit ones fit without spills (sm_90a, -Xptxas -v).
 template <int EB, class I>
-__global__ void __launch_bounds__(256, sizeof(I) == 4 ? 5 : 4)
+__global__ void __launch_bounds__(256, 4)
     warp_row_copy_kernel(const CopyParams p, const int task_rows) {
   using W = typename Word<EB>::type;
   constexpr int K = kRowBatch<EB>;
+  constexpr int U = sizeof(I) == 4 ? 3 : 1;  // strips a step
   constexpr I kNoSource = std::numeric_limits<I>::min();
   constexpr unsigned kAll = 0xffffffffu;
   extern __shared__ __align__(16) unsigned char row_smem[];
@@ -333,20 +335,31 @@ __global__ void __launch_bounds__(256, sizeof(I) == 4 ? 5 : 4)
       }
       // The strips of the batch; every_row: all K rows read the input (all but constant pad's
       // border rows), so the loads test only the column.
+      // U strips a step (past the table's whole strips a strip reads nothing): U * K loads a
+      // lane in flight before the stores. U = 3 with 32-bit offsets (4 spilled); 64-bit ones
+      // spill at 2.
       auto strips = [&](auto every_row) {
         const unsigned ok = ok_rows >> b;
-        for (int j = lane; j < cols; j += 32) {
-          const I s = src_of[j];
-          const bool reads = s != kNoSource;
-          W v[K];
+        for (int j0 = lane; j0 < cols; j0 += 32 * U) {
+          W v[U][K];
 #pragma unroll
-          for (int k = 0; k < K; ++k) {
-            v[k] = fill;
-            if (reads && (every_row || ((ok >> k) & 1u))) v[k] = __ldg(in + (at_in[k] + s));
+          for (int h = 0; h < U; ++h) {
+            const int j = j0 + 32 * h;
+            const I s = j < cols ? src_of[j] : kNoSource;
+            const bool reads = s != kNoSource;
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+              v[h][k] = fill;
+              if (reads && (every_row || ((ok >> k) & 1u))) v[h][k] = __ldg(in + (at_in[k] + s));
+            }
           }
-          if (j < w_out) {
 #pragma unroll
-            for (int k = 0; k < K; ++k) out[at_out[k] + j] = v[k];
+          for (int h = 0; h < U; ++h) {
+            const int j = j0 + 32 * h;
+            if (j < w_out) {
+#pragma unroll
+              for (int k = 0; k < K; ++k) out[at_out[k] + j] = v[h][k];
+            }
           }
         }
       };

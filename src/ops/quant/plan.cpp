@@ -825,7 +825,7 @@ int64_t elem_grid(int64_t numel, bool vec, int es) {
 
 /// dynamic per-token launch shape: a function of (dtype, row length) only. Rows of up to 32
 /// vectors take a group of up to 32 threads holding one vector each; longer rows a power-of-two
-/// group of up to 512 threads holding kQuantBigVectors vectors each (a warp per 4096-element
+/// group of up to 512 threads holding kQuantBigVectors vectors each (a CTA of 128 per 4096-element
 /// 16-bit row; the row stays in registers up to 512 x that), beyond that the row streams twice.
 void rows_config(int64_t n, int w, detail::QuantLaunch* p) {
   auto pow2_at_least = [](int64_t v) {

@@ -5,11 +5,11 @@
 // quant_rows_<dtype>.cu, apart from the elementwise kernels of quant_<dtype>.cu, so that the two
 // compile in parallel (8 quantized-side variants x 6 launch shapes per dtype).
 //
-// A group of tpr threads (a power of two) owns a row: a warp per 4096-element 16-bit row, a
+// A group of tpr threads (a power of two) owns a row: a CTA of 128 per 4096-element 16-bit row, a
 // sub-warp per per-group group (bf16 G = 32 / 64 / 128: 4 / 8 / 16 threads, one 16-byte vector
 // each), so the reductions are shuffles; only rows wider than a warp's registers take a
 // shared-memory step (group_nanmax). Rows are held as raw 16-byte words (16-bit types two a
-// register) and decoded at use; rows longer than 512 x 16 vectors stream twice.
+// register) and decoded at use; rows longer than 512 x kQuantBigVectors vectors stream twice.
 #pragma once
 #include "ops/quant/quant_kernel.cuh"
 
