@@ -1811,3 +1811,38 @@ def test_lax_batching_dims_errors():
         F.lax_gather(x, torch.zeros((4, 5, 1), dtype=torch.int32, device=DEV), dn, (2, 1, 6))
     with pytest.raises(ValueError, match="equal length"):
         F.lax_gather(x, idx, dict(dn, start_indices_batching_dims=()), (1, 1, 6))
+
+
+# ---- pad's plane kernel (the last two dims mapped, a task's input rows staged in shared memory) --
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.uint8, torch.float32, torch.float64], ids=str)
+def test_pad_planes(mode, dt):
+    """Odd planes (output planes starting off 16-byte boundaries), misaligned views, bands of rows
+    of a 1-D pad (a partial last band), and a plane past the staging limit (f32/f64: the row
+    kernels)."""
+    cases = [((5, 7, 13, 11), (2, 3, 1, 2)), ((3, 4, 18, 20), (1, 1, 1, 1)), ((3, 37, 3000), (1, 2)),
+             ((2, 3, 150, 140), (1, 1, 1, 1)), ((2, 9, 17), (3, 5, 4, 2))]
+    for shape, pad in cases:
+        x = make(shape, dt, "padplanes", shape, mode, dt)
+        want = ref_op(lambda t: pad_reference(t, pad, mode), x)
+        same_bits(F.pad(x, pad, mode), want, f"pad planes {mode} {shape}")
+        xs = shifted_empty(shape, dt, 1)
+        xs.copy_(x)
+        out = shifted_empty(tuple(want.shape), dt, 3)
+        BI._run("pad", {"x": xs, "out": out}, {"pads": BI._pad_pairs("pad", x, pad), "mode": mode, "value": 0.0})
+        same_bits(out, want, f"pad planes misaligned {mode} {shape}")
+
+
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.uint8, torch.float32, torch.float64], ids=str)
+def test_pad_planes_crop_and_value(dt):
+    """Negative pads: the staged rows are the ones the crop keeps."""
+    for shape, pad in [((4, 9, 20, 24), (-3, 5, -2, 4)), ((3, 10, 40), (-5, -1)), ((2, 6, 30, 32), (2, -7, 3, -20))]:
+        x = make(shape, dt, "padplanes-crop", shape, dt)
+        same_bits(F.pad(x, pad, value=3.0), tF.pad(x, pad, value=3.0), f"pad planes crop {shape} {pad}")
+
+
+def test_pad_planes_many():
+    """More planes than the grid (2^20 CTAs): the grid-stride loop over tasks."""
+    x = make((1100000, 2, 8), torch.bfloat16, "padplanes-many")
+    same_bits(F.pad(x, (1, 1, 1, 1), "reflect"), ref_op(lambda t: pad_reference(t, (1, 1, 1, 1), "reflect"), x),
+              "pad planes many")

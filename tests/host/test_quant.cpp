@@ -525,7 +525,7 @@ TEST(QuantArgs, DynamicPerGroupAsymmetric) {
   EXPECT_EQ(layout(QuantDesc::dynamic_per_group(DType::bf16, DType::s4, big, 64), 16384, 4096, 16384 * 64),
             "rows-registers-vec16(tpr=8)");
   EXPECT_EQ(layout(QuantDesc::dynamic_per_token(DType::bf16, DType::u8, big, true), 16384, 4096, 16384),
-            "rows-registers-vec16(tpr=32)");
+            "rows-registers-vec16(tpr=128)");
 }
 
 TEST(QuantArgs, DynamicBackwardIsQuantizeSte) {
@@ -686,9 +686,9 @@ TEST(QuantPlanShape, LayoutFor) {
     b.scale_out = mut_of(2, DType::f32, Layout::contiguous({rows}));
     return r->layout_for(b);
   };
-  EXPECT_EQ(row(16384, 4096), "rows-registers-vec16(tpr=32)");  // a warp per row, 16 vectors a lane
+  EXPECT_EQ(row(16384, 4096), "rows-registers-vec16(tpr=128)");  // a CTA of 128 per row, 4 vectors a lane
   EXPECT_EQ(row(16, 64), "rows-registers-vec16(tpr=8)");
-  EXPECT_EQ(row(16, 16384), "rows-registers-vec16(tpr=128)");
+  EXPECT_EQ(row(16, 16384), "rows-registers-vec16(tpr=512)");  // the longest register-resident row
   EXPECT_EQ(row(4, 100000), "rows-streaming-vec16(tpr=512)");
   EXPECT_EQ(row(4, 7), "rows-registers-scalar(tpr=8)");
   EXPECT_EQ(row(0, 7), "empty");

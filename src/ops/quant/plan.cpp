@@ -824,7 +824,8 @@ int64_t elem_grid(int64_t numel, bool vec, int es) {
 }
 
 /// dynamic per-token launch shape: a function of (dtype, row length) only. Rows of up to 32
-/// vectors take a group of up to 32 threads holding one vector each; longer rows a power-of-two
+/// vectors take a group of up to 32 threads holding one vector each of kQuantSmallRows rows at once
+/// (rows_small_kernel, the CTA kQuantRowsBlock threads); longer rows a power-of-two
 /// group of up to 512 threads holding kQuantBigVectors vectors each (a CTA of 128 per 4096-element
 /// 16-bit row; the row stays in registers up to 512 x that), beyond that the row streams twice.
 void rows_config(int64_t n, int w, detail::QuantLaunch* p) {
@@ -841,7 +842,8 @@ void rows_config(int64_t n, int w, detail::QuantLaunch* p) {
     p->tpr = pow2_at_least((n + p->items - 1) / p->items);
   }
   p->cached = n <= static_cast<int64_t>(p->tpr) * p->items;
-  p->block = p->tpr > 32 ? p->tpr : 128;  // a group wider than a warp is the whole CTA (group_nanmax)
+  // A group wider than a warp is the whole CTA (group_nanmax).
+  p->block = p->tpr > 32 ? p->tpr : detail::kQuantRowsBlock;
 }
 
 /// The rows kernel's view of x: `rows` rows of n elements (per-token: the rows of the last dim;

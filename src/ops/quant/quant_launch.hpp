@@ -89,6 +89,12 @@ inline constexpr int64_t kQuantAmaxGrid = 1024;
 /// the asymmetric uint8 81 us (82%). Rows longer than 512 x 4 vectors (16384 16-bit) stream twice.
 inline constexpr int kQuantMaxTpr = 512;
 inline constexpr int kQuantBigVectors = 4;
+/// The rows kernels' CTA when a row's group is at most a warp (tpr <= 32): several rows a CTA.
+inline constexpr int kQuantRowsBlock = 128;
+/// Rows of at most a warp of single vectors (per-group G <= 32 vectors, short per-token rows): rows
+/// a group of threads takes at once (rows_small_kernel), so that a thread has that many independent
+/// 16-byte loads and reduction chains in flight instead of one.
+inline constexpr int kQuantSmallRows = 4;
 
 struct QuantLaunch {
   QuantStep step = QuantStep::elementwise;

@@ -5,11 +5,12 @@
 // quant_rows_<dtype>.cu, apart from the elementwise kernels of quant_<dtype>.cu, so that the two
 // compile in parallel (8 quantized-side variants x 6 launch shapes per dtype).
 //
-// A group of tpr threads (a power of two) owns a row: a CTA of 128 per 4096-element 16-bit row, a
-// sub-warp per per-group group (bf16 G = 32 / 64 / 128: 4 / 8 / 16 threads, one 16-byte vector
-// each), so the reductions are shuffles; only rows wider than a warp's registers take a
-// shared-memory step (group_nanmax). Rows are held as raw 16-byte words (16-bit types two a
-// register) and decoded at use; rows longer than 512 x kQuantBigVectors vectors stream twice.
+// A group of tpr threads (a power of two) owns a row: a CTA of 128 per 4096-element 16-bit row
+// (rows_kernel), a sub-warp per per-group group (bf16 G = 32 / 64 / 128: 4 / 8 / 16 threads, one
+// 16-byte vector each; rows_small_kernel, kQuantSmallRows rows at once), so the reductions are
+// shuffles; only rows wider than a warp's registers take a shared-memory step (group_nanmax). Rows
+// are held as raw 16-byte words (16-bit types two a register) and decoded at use; rows longer than
+// 512 x kQuantBigVectors vectors stream twice.
 #pragma once
 #include "ops/quant/quant_kernel.cuh"
 
@@ -180,6 +181,59 @@ __device__ __forceinline__ uint32_t row_quant(float xf, const QParams& q, float 
     return static_cast<uint32_t>(quant_int_one(xf, q, p, ylo, yhi)) & 0xffu;
 }
 
+/// Element offset of row `row` in x: per-token the token row; per-group group row % group_rows of
+/// token row / group_rows.
+__device__ __forceinline__ int64_t row_x_offset(int64_t row, const QuantLaunch& p) {
+  const int64_t tok = p.group_rows > 1 ? static_cast<int64_t>(div_of(row, p.div_group_rows, p.wide)) : row;
+  return tok * p.x_row_stride + (row - tok * p.group_rows) * p.n * p.x_col_stride;
+}
+
+/// The vector of row x at column col: 16 bytes (kVec16), or kW elements col_stride apart; zeros when
+/// !in (+0 raises neither max |x| nor the [min, max] with 0).
+template <class T, int kW, bool kVec16>
+__device__ __forceinline__ void load_row_vec(const T* x, int64_t col, bool in, const QuantLaunch& p,
+                                             uint32_t (&v)[kRawWords<T, kW>]) {
+#pragma unroll
+  for (int j = 0; j < kRawWords<T, kW>; ++j) v[j] = 0;
+  if (in) {
+    if constexpr (kVec16) {
+      load_bytes<16>(x + col, v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kW; ++k) raw_set<T>(v, k, x[(col + k) * p.x_col_stride]);
+    }
+  }
+}
+
+/// A row's scale (and zero point) from its reduced extremes: kAsym, torch.ao's from the max `hi` and
+/// the negated min `neg_lo`; else amax / q_max from max |x| `hi`.
+template <class T, bool kAsym>
+__device__ __forceinline__ QParams row_qparams(float hi, float neg_lo, const QuantLaunch& p) {
+  QParams qp;
+  if constexpr (kAsym) {
+    int zp;
+    asym_qparams<T>(-neg_lo, hi, static_cast<float>(p.q_min), static_cast<float>(p.q_max), qp.s, zp);
+    qp.zi = zp;
+    qp.zf = static_cast<float>(zp);
+  } else {
+    qp.s = scale_of(hi, p.q_scale_max, 1.f);
+  }
+  finish_qparams(p, qp);
+  return qp;
+}
+
+/// The codes of one vector of a row: quantize_per_token's (kAsym), or the symmetric exact tie rule.
+template <class T, class Q, int kW, bool kAsym>
+__device__ __forceinline__ void row_codes(const uint32_t (&v)[kRawWords<T, kW>], const QParams& qp, float ylo,
+                                          float yhi, const QuantLaunch& p, uint32_t (&w)[kCodeWords<Q, kW>]) {
+  if constexpr (kAsym)
+    quant_unit_decomposed<T, Q, kW>(v, qp, ylo, yhi, static_cast<int>(p.q_min), static_cast<int>(p.q_max), w);
+  else if constexpr (kW > 1)
+    quant_unit<T, Q, kW, true>(v, qp, ylo, yhi, p, w);
+  else
+    w[0] = row_quant<Q>(raw_f32<T>(v, 0), qp, ylo, yhi, p);
+}
+
 /// kW elements a vector: 16 bytes (kVec, kW = 16 / sizeof(T)), or on the strided path one element
 /// (two for packed int4, so that a thread writes whole bytes); kVecs vectors a thread. kVec is its
 /// own parameter: f64's strided int4 pair is also 16 bytes, and must still load with the stride. kAsym: min / max,
@@ -199,12 +253,7 @@ __global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantL
   for (int64_t rb = blockIdx.x; rb * groups < p.rows; rb += gridDim.x) {
     const int64_t row = rb * groups + g;
     const bool valid = row < p.rows;
-    int64_t xoff = 0;  // per-group: group row % group_rows of token row / group_rows
-    if (valid) {
-      const int64_t tok = p.group_rows > 1 ? static_cast<int64_t>(div_of(row, p.div_group_rows, p.wide)) : row;
-      xoff = tok * p.x_row_stride + (row - tok * p.group_rows) * p.n * p.x_col_stride;
-    }
-    const T* x = xbase + xoff;
+    const T* x = xbase + (valid ? row_x_offset(row, p) : 0);
     uint8_t* q = static_cast<uint8_t*>(p.q_out) + (valid ? row * q_row : 0);
     uint32_t v[kVecs][kRW];
     auto col_of = [&](int64_t base, int c) {
@@ -214,16 +263,7 @@ __global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantL
 #pragma unroll
       for (int c = 0; c < kVecs; ++c) {
         const int64_t col = col_of(base, c);
-#pragma unroll
-        for (int j = 0; j < kRW; ++j) v[c][j] = 0;  // +0 raises neither max |x| nor the [min, max] with 0
-        if (valid && col < p.n) {
-          if constexpr (kVec16) {
-            load_bytes<16>(x + col, v[c]);
-          } else {
-#pragma unroll
-            for (int k = 0; k < kW; ++k) raw_set<T>(v[c], k, x[(col + k) * p.x_col_stride]);
-          }
-        }
+        load_row_vec<T, kW, kVec16>(x, col, valid && col < p.n, p, v[c]);
       }
     };
     AbsMax<T> am;
@@ -249,15 +289,10 @@ __global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantL
     QParams qp;
     if constexpr (kAsym) {
       const float mx = group_nanmax(mm.max(), tpr, red);
-      const float mn = -group_nanmax(-mm.min(), tpr, red);
-      int zp;
-      asym_qparams<T>(mn, mx, static_cast<float>(p.q_min), static_cast<float>(p.q_max), qp.s, zp);
-      qp.zi = zp;
-      qp.zf = static_cast<float>(zp);
+      qp = row_qparams<T, true>(mx, group_nanmax(-mm.min(), tpr, red), p);
     } else {
-      qp.s = scale_of(group_nanmax(am.value(), tpr, red), p.q_scale_max, 1.f);
+      qp = row_qparams<T, false>(group_nanmax(am.value(), tpr, red), 0.f, p);
     }
-    finish_qparams(p, qp);
     if (valid && lane == 0) {
       p.scale_out[row] = qp.s;
       if constexpr (kAsym) p.zero_point_out[row] = static_cast<int32_t>(qp.zi);
@@ -268,13 +303,7 @@ __global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantL
         const int64_t col = col_of(base, c);
         if (valid && col < p.n) {
           uint32_t w[kCodeWords<Q, kW>];
-          if constexpr (kAsym)
-            quant_unit_decomposed<T, Q, kW>(v[c], qp, ylo, yhi, static_cast<int>(p.q_min), static_cast<int>(p.q_max),
-                                            w);
-          else if constexpr (kW > 1)
-            quant_unit<T, Q, kW, true>(v[c], qp, ylo, yhi, p, w);
-          else
-            w[0] = row_quant<Q>(raw_f32<T>(v[c], 0), qp, ylo, yhi, p);
+          row_codes<T, Q, kW, kAsym>(v[c], qp, ylo, yhi, p, w);
           store_bytes<kQB>(q + (kPacked<Q> ? col / 2 : col), w);
         }
       }
@@ -290,14 +319,88 @@ __global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantL
   }
 }
 
+/// Rows of at most a warp of single vectors (p.items == kW, tpr <= 32: per-group groups, short
+/// per-token rows): a group of tpr threads, one vector a thread, takes kQuantSmallRows rows at once,
+/// each phase over all of them before the next: R independent loads in flight, then R interleaved
+/// shuffle reductions, then R scales and R code stores. Why: with one row a group each thread's work
+/// was a single dependent chain (load -> shuffles -> scale -> tie-rule codes -> store) with 16 bytes
+/// in flight, and the CTA ended (H100, [16384, 4096] bf16 -> int8, G = 128: 145.7 us, 46% of copy
+/// bandwidth; with R = 4: 116.0 us, 58%). Row r of CTA block rb is (rb * R + r) * groups + g, so each load instruction of the
+/// CTA reads groups consecutive rows: consecutive groups of a token row are adjacent in memory, one
+/// contiguous 2 KiB span (bf16, G = 128) a step, R steps a contiguous 8 KiB.
+template <class T, class Q, int kW, bool kAsym, bool kVec16>
+__global__ void __launch_bounds__(detail::kQuantRowsBlock) rows_small_kernel(const QuantLaunch p) {
+  static_assert(!kVec16 || kW * sizeof(T) == 16, "a vector is 16 bytes");
+  constexpr int R = detail::kQuantSmallRows;
+  constexpr int kQB = kCodeBytes<Q, kW>;
+  const int tpr = p.tpr;
+  const int lane = threadIdx.x % tpr, g = threadIdx.x / tpr, groups = blockDim.x / tpr;
+  const int64_t col = static_cast<int64_t>(lane) * kW;
+  const bool in_row = col < p.n;
+  const int64_t q_row = kPacked<Q> ? p.n / 2 : p.n;  // code bytes of a row
+  const T* xbase = static_cast<const T*>(p.fp[detail::kQIn0]);
+  const float ylo = 0x1.8p23f + static_cast<float>(p.q_min), yhi = 0x1.8p23f + static_cast<float>(p.q_max);
+  const int64_t span = static_cast<int64_t>(groups) * R;  // rows a CTA takes a step
+  for (int64_t rb = blockIdx.x; rb * span < p.rows; rb += gridDim.x) {
+    uint32_t v[R][kRawWords<T, kW>];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = (rb * R + r) * groups + g;
+      const bool valid = row < p.rows;
+      load_row_vec<T, kW, kVec16>(xbase + (valid ? row_x_offset(row, p) : 0), col, valid && in_row, p, v[r]);
+    }
+    // Per row: max |x| (or max and -min) of the thread, then over the group; rows interleaved so
+    // that R shuffles are in flight at each step. Every lane takes part (rows past the end hold zeros).
+    float hi[R], neg_lo[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kAsym) {
+        MinMax<T> mm;
+        mm.add_words(v[r]);
+        hi[r] = mm.max();
+        neg_lo[r] = -mm.min();
+      } else {
+        AbsMax<T> am;
+        am.add_words(v[r]);
+        hi[r] = am.value();
+        neg_lo[r] = 0.f;
+      }
+    }
+    for (int o = tpr / 2; o > 0; o >>= 1) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        hi[r] = nanmax(hi[r], __shfl_xor_sync(0xffffffffu, hi[r], o));
+        if constexpr (kAsym) neg_lo[r] = nanmax(neg_lo[r], __shfl_xor_sync(0xffffffffu, neg_lo[r], o));
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = (rb * R + r) * groups + g;
+      if (row >= p.rows) continue;
+      const QParams qp = row_qparams<T, kAsym>(hi[r], neg_lo[r], p);
+      if (lane == 0) {
+        p.scale_out[row] = qp.s;
+        if constexpr (kAsym) p.zero_point_out[row] = static_cast<int32_t>(qp.zi);
+      }
+      if (in_row) {
+        uint32_t w[kCodeWords<Q, kW>];
+        row_codes<T, Q, kW, kAsym>(v[r], qp, ylo, yhi, p, w);
+        uint8_t* q = static_cast<uint8_t*>(p.q_out) + row * q_row;
+        store_bytes<kQB>(q + (kPacked<Q> ? col / 2 : col), w);
+      }
+    }
+  }
+}
+
 template <class T, class Q, int kW, bool kAsym, bool kVec>
 cudaError_t launch_rows_w(const QuantLaunch& p, cudaStream_t stream) {
-  const int groups = p.block / p.tpr;
-  int64_t blocks = (p.rows + groups - 1) / groups;
+  const bool small = p.items == kW;  // rows_config: tpr <= 32, a CTA of kQuantRowsBlock
+  const int64_t span = static_cast<int64_t>(p.block / p.tpr) * (small ? detail::kQuantSmallRows : 1);
+  int64_t blocks = (p.rows + span - 1) / span;
   if (blocks > (int64_t{1} << 20)) blocks = int64_t{1} << 20;  // rows past the grid: the loop tiles them
   const dim3 grid(static_cast<unsigned>(blocks)), block(static_cast<unsigned>(p.block));
-  if (p.items == kW)
-    rows_kernel<T, Q, kW, 1, true, kAsym, kVec><<<grid, block, 0, stream>>>(p);
+  if (small)
+    rows_small_kernel<T, Q, kW, kAsym, kVec><<<grid, block, 0, stream>>>(p);
   else if (p.cached)
     rows_kernel<T, Q, kW, detail::kQuantBigVectors, true, kAsym, kVec><<<grid, block, 0, stream>>>(p);
   else
