@@ -24,7 +24,6 @@ using test::strided;
 
 const Target kTarget = Target::offline(90);
 
-
 NormDesc ln(DType dt = DType::f32, Direction dir = Direction::Forward, bool w = true, bool b = true) {
   return NormDesc::layer_norm(dt, Shape::of({8, 64}), 1, w, b, 1e-5, dir);
 }

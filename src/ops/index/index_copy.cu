@@ -279,9 +279,9 @@ __global__ void __launch_bounds__(256) row_copy_kernel(const CopyParams p, const
 /// 32-bit offsets a step takes U = 3 strips of it (3 x that in flight; 64 registers, 4 blocks, 32
 /// warps an SM: ~48 KB per SM for bf16). Measured on H100 for the bench's 130-element bf16 rows:
 /// one strip a step at 5 blocks 43% of copy bandwidth (ncu: L1TEX scoreboard stalls 61%, i.e.
-/// latency), two 53%, three 56-58% (40 us, torch 67 / 100 us). Accesses stay EB bytes wide but contiguous across the warp (64 B per bf16 request): the
-/// L1 request rate is far from a limit at this traffic, and wider words would need funnel shifts
-/// where the output and input rows are misaligned (pad's interior is shifted by the pad before).
+/// latency), two 53%, three 56-58% (40 us, torch 67 / 100 us). Accesses stay EB bytes wide but
+/// contiguous across the warp (64 B per bf16 request): wider words would need funnel shifts where
+/// the output and input rows are misaligned (pad's interior is shifted by the pad before).
 /// 130-element rows take 5 strips, 130 of 160 lanes busy.
 constexpr int kWarpRowMax = 2048;
 template <int EB>
@@ -290,8 +290,7 @@ inline constexpr int kRowBatch = EB == 8 ? 4 : 8;  ///< rows a batch: loads a la
 // The bound caps both index widths at 64 registers (4 blocks an SM): U = 3 strips of 32-bit
 // offsets and one strip of 64-bit ones fit without spills (sm_90a, -Xptxas -v).
 template <int EB, class I>
-__global__ void __launch_bounds__(256, 4)
-    warp_row_copy_kernel(const CopyParams p, const int task_rows) {
+__global__ void __launch_bounds__(256, 4) warp_row_copy_kernel(const CopyParams p, const int task_rows) {
   using W = typename Word<EB>::type;
   constexpr int K = kRowBatch<EB>;
   constexpr int U = sizeof(I) == 4 ? 3 : 1;  // strips a step

@@ -325,9 +325,9 @@ __global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantL
 /// shuffle reductions, then R scales and R code stores. Why: with one row a group each thread's work
 /// was a single dependent chain (load -> shuffles -> scale -> tie-rule codes -> store) with 16 bytes
 /// in flight, and the CTA ended (H100, [16384, 4096] bf16 -> int8, G = 128: 145.7 us, 46% of copy
-/// bandwidth; with R = 4: 116.0 us, 58%). Row r of CTA block rb is (rb * R + r) * groups + g, so each load instruction of the
-/// CTA reads groups consecutive rows: consecutive groups of a token row are adjacent in memory, one
-/// contiguous 2 KiB span (bf16, G = 128) a step, R steps a contiguous 8 KiB.
+/// bandwidth; with R = 4: 116.0 us, 58%). Row r of CTA block rb is (rb * R + r) * groups + g, so
+/// each load instruction of the CTA reads `groups` consecutive rows: consecutive groups of a token
+/// row are adjacent in memory, one contiguous 2 KiB span (bf16, G = 128) a step, R steps 8 KiB.
 template <class T, class Q, int kW, bool kAsym, bool kVec16>
 __global__ void __launch_bounds__(detail::kQuantRowsBlock) rows_small_kernel(const QuantLaunch p) {
   static_assert(!kVec16 || kW * sizeof(T) == 16, "a vector is 16 bytes");
