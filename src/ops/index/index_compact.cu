@@ -154,7 +154,10 @@ __device__ __forceinline__ void chunk_masks(const SelectParams& p, int64_t tile,
     static_assert(SB == 1, "the vector path reads 1-byte selectors");
     // Element e sits at byte o + e of the aligned words from sel - o: the chunk starting at e0
     // (a multiple of 16) is bytes o..15 of word e0 / 16 and bytes 0..o-1 of the next word. A
-    // word is read only when it holds a byte of the selector.
+    // word is read only when it holds a byte of the selector, so the reads stay inside the
+    // 16-byte-aligned span that holds the mask (up to 15 bytes before its first and after its last
+    // byte: never another page, never another allocation, whose starts are 256-byte aligned; the
+    // bytes outside the mask are masked off below).
     const unsigned o = static_cast<unsigned>(reinterpret_cast<uintptr_t>(p.sel) & 15u);
     const uint4* words = reinterpret_cast<const uint4*>(p.sel - o);
     const unsigned keep = static_cast<unsigned>(p.nz_mask[0] & 0xffu) * 0x01010101u;
