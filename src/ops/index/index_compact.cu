@@ -420,20 +420,7 @@ bool contiguous_bytes(const SelectParams& p) {
 template <class Fn>
 cudaError_t by_selector(const SelectParams& p, Fn&& fn) {
   if (contiguous_bytes(p)) return fn.template operator()<1, true>();
-  switch (p.sel_bytes) {
-    case 1:
-      return fn.template operator()<1, false>();
-    case 2:
-      return fn.template operator()<2, false>();
-    case 4:
-      return fn.template operator()<4, false>();
-    case 8:
-      return fn.template operator()<8, false>();
-    case 16:
-      return fn.template operator()<16, false>();
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return by_bytes(p.sel_bytes, [&]<int SB>() { return fn.template operator()<SB, false>(); });
 }
 
 template <int SB, bool CONTIG, int DB, SelectOp OP>
@@ -446,20 +433,7 @@ cudaError_t write_with(const SelectParams& p, cudaStream_t stream) {
 /// The masked ops: a bool selector (contiguous or not), data of 1..16 bytes.
 template <SelectOp OP, bool CONTIG>
 cudaError_t masked_with(const SelectParams& p, int data_bytes, cudaStream_t stream) {
-  switch (data_bytes) {
-    case 1:
-      return write_with<1, CONTIG, 1, OP>(p, stream);
-    case 2:
-      return write_with<1, CONTIG, 2, OP>(p, stream);
-    case 4:
-      return write_with<1, CONTIG, 4, OP>(p, stream);
-    case 8:
-      return write_with<1, CONTIG, 8, OP>(p, stream);
-    case 16:
-      return write_with<1, CONTIG, 16, OP>(p, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return by_bytes(data_bytes, [&]<int DB>() { return write_with<1, CONTIG, DB, OP>(p, stream); });
 }
 
 template <SelectOp OP>

@@ -13,24 +13,33 @@ namespace baracuda::detail::idx {
 /// The integer word that moves one element of EB bytes (kernels/common/words.cuh).
 using ::baracuda::kern::Word;
 
+/// Calls fn.template operator()<EB>() for an element of 1, 2, 4, 8 or 16 bytes (the byte-mover
+/// widths); any other width is cudaErrorInvalidValue.
+template <class Fn>
+inline cudaError_t by_bytes(int eb, Fn&& fn) {
+  switch (eb) {
+    case 1:
+      return fn.template operator()<1>();
+    case 2:
+      return fn.template operator()<2>();
+    case 4:
+      return fn.template operator()<4>();
+    case 8:
+      return fn.template operator()<8>();
+    case 16:
+      return fn.template operator()<16>();
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 /// Calls fn.template operator()<EB, IT>() for the element bytes and the index dtype.
 template <class Fn>
 inline cudaError_t by_width(int eb, DType index_dtype, Fn&& fn) {
   const bool s32 = index_dtype == DType::s32;
-  switch (eb) {
-    case 1:
-      return s32 ? fn.template operator()<1, int32_t>() : fn.template operator()<1, int64_t>();
-    case 2:
-      return s32 ? fn.template operator()<2, int32_t>() : fn.template operator()<2, int64_t>();
-    case 4:
-      return s32 ? fn.template operator()<4, int32_t>() : fn.template operator()<4, int64_t>();
-    case 8:
-      return s32 ? fn.template operator()<8, int32_t>() : fn.template operator()<8, int64_t>();
-    case 16:
-      return s32 ? fn.template operator()<16, int32_t>() : fn.template operator()<16, int64_t>();
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return by_bytes(eb, [&]<int EB>() {
+    return s32 ? fn.template operator()<EB, int32_t>() : fn.template operator()<EB, int64_t>();
+  });
 }
 
 /// 16 bytes passed by value to a kernel (fill values, one_hot's one), read back at the width of
