@@ -18,7 +18,8 @@ norm that do not merge into one strided dim are copied to a contiguous tensor fi
 from . import _C
 from ._autograd import current_stream, dl, require_torch, torch
 
-__all__ = ["softmax", "log_softmax", "masked_softmax", "masked_log_softmax", "normalize", "sparsemax", "gumbel_softmax", "layer_norm",
+__all__ = ["softmax", "log_softmax", "masked_softmax", "masked_log_softmax", "normalize", "sparsemax",
+           "gumbel_softmax", "layer_norm",
            "rms_norm", "add_rms_norm", "add_layer_norm", "softmax_backward", "log_softmax_backward",
            "layer_norm_backward", "rms_norm_backward",
            "batch_norm", "instance_norm", "group_norm", "local_response_norm", "native_batch_norm",
