@@ -314,10 +314,10 @@ def _lce_tf32(x):
     return _tf32()
 
 
-def _lce_run(backward, x, w, t, params, reduction, out=None, dy=None, gx=None, gw=None):
+def _lce_run(backward, x, w, t, cw, params, reduction, out=None, dy=None, gx=None, gw=None):
     flag = torch.zeros(1, dtype=torch.int32, device=x.device) if check_targets and not backward else None
-    _run("linear_cross_entropy", backward, {"input": x, "weight": w, "target": t, "out": out, "dy": dy,
-                                            "grad_input": gx, "grad_weight": gw, "error": flag},
+    _run("linear_cross_entropy", backward, {"input": x, "weight": w, "target": t, "class_weight": cw, "out": out,
+                                            "dy": dy, "grad_input": gx, "grad_weight": gw, "error": flag},
          params, reduction, x.device, fused_grad=not backward and (gx is not None or gw is not None),
          tf32=_lce_tf32(x))
     if flag is not None and int(flag.item()) != 0:
@@ -339,17 +339,17 @@ if torch is not None:
         only and the backward runs the plan's backward (the chunks again, with dy per row)."""
 
         @staticmethod
-        def forward(ctx, reduction, params, need_x, need_w, x, w, t):
+        def forward(ctx, reduction, params, need_x, need_w, x, w, t, cw=None):
             out = _loss_out(x, reduction, [x.shape[0]])
             ctx.reduction, ctx.params, ctx.consumed = reduction, params, False
             if reduction == "none":
-                _lce_run(False, x, w, t, params, reduction, out=out)
-                ctx.save_for_backward(x, w, t)
+                _lce_run(False, x, w, t, cw, params, reduction, out=out)
+                ctx.save_for_backward(x, w, t, cw)
                 ctx.need = (need_x, need_w)
                 return out
             gx = torch.empty_like(x) if need_x else None
             gw = torch.empty_like(w) if need_w else None
-            _lce_run(False, x, w, t, params, reduction, out=out, gx=gx, gw=gw)
+            _lce_run(False, x, w, t, cw, params, reduction, out=out, gx=gx, gw=gw)
             ctx.save_for_backward(gx, gw)
             return out
 
@@ -357,13 +357,13 @@ if torch is not None:
         @once_differentiable
         def backward(ctx, grad):
             if ctx.reduction == "none":
-                x, w, t = ctx.saved_tensors
+                x, w, t, cw = ctx.saved_tensors
                 need_x, need_w = ctx.need
                 gx = torch.empty_like(x) if need_x else None
                 gw = torch.empty_like(w) if need_w else None
                 if gx is not None or gw is not None:
-                    _lce_run(True, x, w, t, ctx.params, "none", dy=grad, gx=gx, gw=gw)
-                return None, None, None, None, gx, gw, None
+                    _lce_run(True, x, w, t, cw, ctx.params, "none", dy=grad, gx=gx, gw=gw)
+                return None, None, None, None, gx, gw, None, None
             if ctx.consumed:
                 raise RuntimeError("baracuda linear_cross_entropy: the fused gradients were consumed by an earlier "
                                    "backward through this graph (the forward computes them once)")
@@ -371,20 +371,22 @@ if torch is not None:
             gx, gw = ctx.saved_tensors
             _rescale(gx, grad, ctx.reduction)
             _rescale(gw, grad, ctx.reduction)
-            return None, None, None, None, gx, gw, None
+            return None, None, None, None, gx, gw, None, None
 else:  # pragma: no cover
     LinearCrossEntropyFunction = None
 
 
 def linear_cross_entropy(input, weight, target, ignore_index=-100, reduction="mean", label_smoothing=0.0,
-                         chunk_tokens=None):
-    """cross_entropy(F.linear(input, weight), target) without materialising the logits.
+                         chunk_tokens=None, class_weight=None):
+    """cross_entropy(F.linear(input, weight), target, weight=class_weight) without materialising
+    the logits.
 
     input [..., H] (float32/float16/bfloat16/float64), weight [V, H] (nn.Linear's layout, the input's
-    dtype), target [...] class indices; ignore_index, label_smoothing and reduction as
-    cross_entropy's. The logits are rounded to the input's dtype before the softmax, as
-    F.linear would. ``chunk_tokens`` sets the tokens a chunk (default: the plan's choice, [T, V]
-    logits within 512 MiB). With autograd, d input and d weight come from the same pass."""
+    dtype), target [...] class indices; ignore_index, label_smoothing, reduction and class_weight
+    ([V], the input's dtype; cross_entropy's ``weight``, no gradient) as cross_entropy's. The
+    logits are rounded to the input's dtype before the softmax, as F.linear would. ``chunk_tokens``
+    sets the tokens a chunk (default: the plan's choice, [T, V] logits within 512 MiB). With
+    autograd, d input and d weight come from the same pass."""
     require_torch()
     reduction = _reduction(None, None, reduction)
     _check_cuda("linear_cross_entropy", input, weight, target)
@@ -403,16 +405,23 @@ def linear_cross_entropy(input, weight, target, ignore_index=-100, reduction="me
         raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     if target.dtype not in (torch.int32, torch.int64):
         target = target.to(torch.int64)
+    cw = None
+    if class_weight is not None:
+        _check_cuda("linear_cross_entropy", class_weight)
+        if class_weight.dtype != input.dtype or tuple(class_weight.shape) != (weight.shape[0],):
+            raise RuntimeError(f"linear_cross_entropy: class_weight expected [{weight.shape[0]}] of {input.dtype}, got "
+                               f"{list(class_weight.shape)} of {class_weight.dtype}")
+        cw = class_weight.detach().contiguous()
     lead = input.shape[:-1]
     x = _aligned(input.reshape(-1, input.shape[-1]))
     w = _aligned(weight)
     t = target.reshape(-1).detach()
     params = _lce_params(ignore_index, label_smoothing, chunk_tokens)
     if _grad_mode(input, weight):
-        out = LinearCrossEntropyFunction.apply(reduction, params, x.requires_grad, w.requires_grad, x, w, t)
+        out = LinearCrossEntropyFunction.apply(reduction, params, x.requires_grad, w.requires_grad, x, w, t, cw)
     else:
         out = _loss_out(x, reduction, [x.shape[0]])
-        _lce_run(False, x.detach(), w.detach(), t, params, reduction, out=out)
+        _lce_run(False, x.detach(), w.detach(), t, cw, params, reduction, out=out)
     return out.reshape(lead) if reduction == "none" else out
 
 

@@ -790,7 +790,7 @@ def test_pointwise_large():
 
 # ---- linear_cross_entropy -----------------------------------------------------------------------------------
 U = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8, torch.float32: 2.0**-24, torch.float64: 2.0**-53}
-LCE_VARIANTS = ["plain", "ignore", "smoothing"]
+LCE_VARIANTS = ["plain", "ignore", "smoothing", "weighted"]
 
 
 def lce_case(dt, n, v, h, variant, *seed):
@@ -802,16 +802,28 @@ def lce_case(dt, n, v, h, variant, *seed):
         t[::3] = -100
     if variant == "smoothing":
         ls = 0.1
+    if variant == "weighted":  # class weights with ignored rows and label smoothing (torch's weighted rule)
+        t[::4] = -100
+        ls = 0.1
     return x, w, t, ignore, ls
 
 
-def lce_reference(x, w, t, ignore, ls, reduction, dy):
-    """torch: F.cross_entropy(F.linear(x, w).to(up), t) and its gradients (the logits rounded to x's dtype by
-    F.linear, the softmax in the upcast dtype), plus the operands of the gradient GEMMs for error bounds."""
+def lce_class_weight(dt, v, variant, *seed):
+    """cross_entropy's per-class weight for the "weighted" variant (in [0.25, 2)), else None."""
+    if variant != "weighted":
+        return None
+    g = gen("lce-cw", IDS[dt], v, *seed)
+    return (0.25 + 1.75 * torch.rand((v,), generator=g, dtype=torch.float64)).to(dt).to(DEV)
+
+
+def lce_reference(x, w, t, ignore, ls, reduction, dy, cw=None):
+    """torch: F.cross_entropy(F.linear(x, w).to(up), t, weight=cw) and its gradients (the logits rounded to x's
+    dtype by F.linear, the softmax in the upcast dtype), plus the operands of the gradient GEMMs for error bounds."""
     up = UP[x.dtype]
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
     logits = tF.linear(xr, wr)
-    ref = tF.cross_entropy(logits.to(up), t, ignore_index=ignore, reduction=reduction, label_smoothing=ls)
+    ref = tF.cross_entropy(logits.to(up), t, weight=None if cw is None else cw.to(up), ignore_index=ignore,
+                           reduction=reduction, label_smoothing=ls)
     gx, gw = torch.autograd.grad(ref, (xr, wr), dy.to(up), retain_graph=True)
     (dl,) = torch.autograd.grad(ref, (logits,), dy.to(up))
     return ref.detach(), gx, gw, dl
@@ -823,13 +835,13 @@ def gemm_bound(a, b, dt, k=4.0):
     return k * U[dt] * (a.abs().double() @ b.abs().double())
 
 
-def lce_check(x, w, t, ignore, ls, reduction, dy, out, gx, gw, chunks, what):
+def lce_check(x, w, t, ignore, ls, reduction, dy, out, gx, gw, chunks, what, cw=None):
     """Loss and gradients vs lce_reference. Two correct implementations may differ by a rounding of
     each logit (GEMM order), which moves the loss by about |logit| x u and each dlogit by a few
     |logit| x u relative; the gradient GEMMs then add their own roundings (and grad_weight one per
     chunk), so each gradient element is bounded by (8 + 4 max|logit| + chunks) x u x (|A| |B|)."""
     dt = x.dtype
-    ref, grx, grw, dl = lce_reference(x, w, t, ignore, ls, reduction, dy)
+    ref, grx, grw, dl = lce_reference(x, w, t, ignore, ls, reduction, dy, cw)
     zmax = float((x.double().abs() @ w.double().abs().t()).max()) if x.numel() and w.numel() else 0.0
     rtol, atol = loss_tol("linear_cross_entropy", dt, ref, reduction)
     close(out, ref.to(dt), rtol, atol + 4 * U[dt] * zmax, what)
@@ -862,20 +874,21 @@ def test_linear_cross_entropy(dt, n, v, reduction, variant):
     h = 64
     chunk = {300: 128, 2049: 512}.get(n)  # chunk boundaries with a short last chunk (44 and 1 tokens)
     x, w, t, ignore, ls = lce_case(dt, n, v, h, variant)
+    cw = lce_class_weight(dt, v, variant, n)
     # No autograd: the forward-only plan.
     with torch.no_grad():
         out0 = F.linear_cross_entropy(x, w, t, ignore_index=ignore, reduction=reduction, label_smoothing=ls,
-                                      chunk_tokens=chunk)
+                                      chunk_tokens=chunk, class_weight=cw)
     xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
     out = F.linear_cross_entropy(xr, wr, t, ignore_index=ignore, reduction=reduction, label_smoothing=ls,
-                                 chunk_tokens=chunk)
+                                 chunk_tokens=chunk, class_weight=cw)
     assert out.dtype == dt and out.shape == ((n,) if reduction == "none" else ())
     dy = randn(out.shape, dt, "lce-dy", IDS[dt], n, v, reduction, variant)
     gx, gw = torch.autograd.grad(out, (xr, wr), dy)
     what = f"linear_cross_entropy {IDS[dt]} n={n} v={v} {reduction} {variant}"
     chunks = (n + (chunk or n) - 1) // (chunk or n)
-    lce_check(x, w, t, ignore, ls, reduction, dy, out0, None, None, chunks, what + " (no grad)")
-    grw = lce_check(x, w, t, ignore, ls, reduction, dy, out, gx, gw, chunks, what)
+    lce_check(x, w, t, ignore, ls, reduction, dy, out0, None, None, chunks, what + " (no grad)", cw)
+    grw = lce_check(x, w, t, ignore, ls, reduction, dy, out, gx, gw, chunks, what, cw)
     if n > 1 and v > 1 and variant == "plain":
         not_degenerate(grw, "linear_cross_entropy d weight")
 
@@ -907,6 +920,13 @@ def test_linear_cross_entropy_long_rows(v):
         dy = torch.full((), 0.75, dtype=dt, device=DEV)
         gx, gw = torch.autograd.grad(out, (xr, wr), dy)
         lce_check(x, w, t, ignore, ls, "mean", dy, out, gx, gw, 3 if chunk else 1, f"v={v} chunk={chunk}")
+    # class weights with label smoothing on the cluster kernel (weighted smoothing sums in the row pass)
+    cw = lce_class_weight(dt, v, "weighted", "long")
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    out = F.linear_cross_entropy(xr, wr, t, ignore_index=ignore, label_smoothing=0.1, class_weight=cw)
+    dy = torch.full((), 0.75, dtype=dt, device=DEV)
+    gx, gw = torch.autograd.grad(out, (xr, wr), dy)
+    lce_check(x, w, t, ignore, 0.1, "mean", dy, out, gx, gw, 1, f"v={v} weighted", cw)
 
 
 def test_linear_cross_entropy_chunking_and_determinism():

@@ -152,6 +152,7 @@ TEST(LossTable, RowsAndColumns) {
   const auto& l = info(LossOp::linear_cross_entropy);
   EXPECT_EQ(l.kind, LossKind::linear);
   EXPECT_EQ(l.input_index("target"), 2);
+  EXPECT_TRUE(l.input_optional(3)) << "class_weight";
   EXPECT_EQ(l.param_name(2), "chunk_tokens");
   EXPECT_EQ(loss_stats_dtype(DType::bf16), DType::f32);
   EXPECT_EQ(loss_stats_dtype(DType::f64), DType::f64);
@@ -347,6 +348,32 @@ TEST(LossLinear, Refusals) {
   EXPECT_TRUE(LossPlan::select(kTarget, lce(DType::f32, 7, 64, 10), p).ok());
   EXPECT_FAILS_WITH(LossPlan::select(kTarget, lce(DType::bf16, 7, 64, 10), p), Status::Unsupported,
                     "linear_cross_entropy", "logits", "GEMM", "tf32");
+}
+
+TEST(LossLinear, ClassWeight) {
+  const DType dt = DType::bf16;
+  auto d = LossDesc::linear_cross_entropy(dt, 7, 64, 10, DType::s64, Reduction::mean, -100, 0.1, 0,
+                                          Direction::Forward, true);
+  auto p = LossPlan::select(kTarget, d);
+  ASSERT_TRUE(p.ok()) << p.message();
+  EXPECT_NE(p->precision().note.find("class weights"), std::string::npos) << p->precision().note;
+  auto a = lce_args(dt, 7, 64, 10);
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "class_weight", "required");
+  a.in[3] = ref_of(4, dt, Layout::contiguous({10}));
+  EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+  a.in[3] = ref_of(4, DType::f32, Layout::contiguous({10}));
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "class_weight dtype", "bfloat16", "got float32");
+  a.in[3] = ref_of(4, dt, strided({10}, {2}));
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "class_weight", "dense vector");
+  a.in[3] = ref_of(4, dt, Layout::contiguous({11}));
+  EXPECT_FAILS_WITH(p->can_implement(a), Status::InvalidProblem, "class_weight shape", "[10]", "got [11]");
+  // The descriptor: one weight per class; a weight given to a plan selected without one is refused.
+  d.shapes[3] = Shape::of({9});
+  EXPECT_FAILS_WITH(LossPlan::select(kTarget, d), Status::InvalidProblem, "class_weight shape", "[10]", "got [9]");
+  auto u = LossPlan::select(kTarget, lce(dt, 7, 64, 10));
+  ASSERT_TRUE(u.ok()) << u.message();
+  a.in[3] = ref_of(4, dt, Layout::contiguous({10}));
+  EXPECT_FALSE(u->can_implement(a).ok()) << "class_weight given to a plan without one";
 }
 
 TEST(LossLinear, Arguments) {

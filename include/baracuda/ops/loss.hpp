@@ -153,10 +153,12 @@ struct LossDesc {
                            int64_t ignore_index = -100, Direction dir = Direction::Forward);
   /// linear_cross_entropy over hidden [tokens, hidden] and weight [vocab, hidden]; target [tokens]
   /// of target_dtype (int32/int64). chunk_tokens: tokens a chunk, 0 for the plan's choice.
+  /// class_weight: a per-class weight [vocab] is given (in[3], cross_entropy's `weight`).
   static LossDesc linear_cross_entropy(DType dt, int64_t tokens, int64_t hidden, int64_t vocab,
                                        DType target_dtype = DType::s64, Reduction r = Reduction::mean,
                                        int64_t ignore_index = -100, double label_smoothing = 0.0,
-                                       int64_t chunk_tokens = 0, Direction dir = Direction::Forward);
+                                       int64_t chunk_tokens = 0, Direction dir = Direction::Forward,
+                                       bool class_weight = false);
   /// Sets a parameter by its table name; fails naming the op and the unknown name.
   Result<void> set_param(std::string_view name, double value);
   double param(std::string_view name) const;  ///< NaN when the op has no such parameter

@@ -188,6 +188,9 @@ Result<std::shared_ptr<const LinearCe>> LinearCe::select(const Target& target, c
   std::string note = "logits rounded to " + dname(dt) +
                      " (F.linear's output) before the softmax; online (max, sum exp) per row, exp via " +
                      (es == 2 ? "__expf / ex2.approx (16-bit storage)" : (es == 8 ? "exp" : "expf"));
+  if (d.has(3))
+    note += "; class weights as cross_entropy's (a row's loss and gradient times weight[target]; the mean divides "
+            "by the sum of the non-ignored targets' weights)";
   if (p->grads_)
     note += "; dlogits rounded to " + dname(dt) + " before the gradient GEMMs" +
             (p->chunks_ > 1 ? "; grad_weight accumulated over " + str(p->chunks_) + " chunks in " + dname(dt) +
@@ -211,14 +214,14 @@ Result<void> LinearCe::can_implement(const LossDesc& d, const LossArgs& a) const
   const char* no_stats = "linear_cross_entropy keeps no statistics (its backward recomputes the logits)";
   BARACUDA_TRY(must_not(given(a.lse) || given(a.total_weight), "lse/total_weight", no_stats));
   BARACUDA_TRY(must_not(given(a.save_lse) || given(a.save_total_weight), "save_lse/save_total_weight", no_stats));
-  BARACUDA_TRY(must_not(given(a.in[3]), "in[3]", "the op takes 3 inputs (input, weight, target)"));
+  BARACUDA_TRY(must_not(given(a.in[3]) && !d.has(3), "in[3] (class_weight)", "desc.present does not list it"));
   BARACUDA_TRY(must_not(given(a.grad[2]), "grad[2]", "the op has 2 gradients (input, weight)"));
   BARACUDA_TRY(must_not(!grads_ && (given(a.grad[0]) || given(a.grad[1])), "grad[0]/grad[1]",
                         "the forward writes no gradient (fused_grad is false)"));
   BARACUDA_TRY(must_not(!grads_ && given(a.dy), "dy", "the forward reads no dy (fused_grad is false)"));
   BARACUDA_TRY(must_not(bw && given(a.out), "out", "the backward writes grad[0] / grad[1] only"));
 
-  enum class Want { Dense, Rows, One };
+  enum class Want { Dense, Rows, One, Vector };
   const Shape rows_shape = Shape::of({n_});
   std::vector<Operand> used;
   auto check = [&](const std::string& role, const void* data, DType got, const Layout& l, bool output, DType want,
@@ -236,6 +239,8 @@ Result<void> LinearCe::can_implement(const LossDesc& d, const LossArgs& a) const
     } else if (!(Shape::of(l) == shape)) {
       return invalid(label + ": " + role + " shape expected " + shape.str() + ", got " + l.shape_str());
     }
+    if (how == Want::Vector && l.numel() > 1 && l.stride[0] != 1)  // the kernels index it densely
+      return invalid(label + ": " + role + " expected a dense vector (stride 1), got strides " + l.stride_str());
     if (how == Want::Dense && l.numel() > 0) {
       if (!l.is_contiguous())
         return invalid(label + ": " + role + " expected a dense row-major " + shape.str() +
@@ -256,6 +261,9 @@ Result<void> LinearCe::can_implement(const LossDesc& d, const LossArgs& a) const
   BARACUDA_TRY(check("weight", a.in[1].data, a.in[1].dtype, a.in[1].layout, false, dt, Want::Dense, weight, true));
   BARACUDA_TRY(check("target", a.in[2].data, a.in[2].dtype, a.in[2].layout, false, d.target_dtype, Want::Rows,
                      rows_shape, true));
+  if (d.has(3))
+    BARACUDA_TRY(check("class_weight", a.in[3].data, a.in[3].dtype, a.in[3].layout, false, dt, Want::Vector,
+                       Shape::of({v_}), true));
   const Want per_row = reduced ? Want::One : Want::Rows;
   if (!bw) BARACUDA_TRY(check("out", a.out.data, a.out.dtype, a.out.layout, true, dt, per_row, rows_shape, true));
   if (grads_) {
@@ -331,6 +339,7 @@ Result<void> LinearCe::run(const LossDesc& d, cudaStream_t stream, Workspace ws,
   base.target64 = d.target_dtype == DType::s64;
   base.ignore_index = static_cast<int64_t>(d.params[0]);
   base.smoothing = d.params[1];
+  base.weight = d.has(3) ? a.in[3].data : nullptr;  // per-class weights: cross_entropy's, every kernel
   base.error = static_cast<int*>(a.error.data);
   base.partial = w + off_partial_;
   base.scratch = w + off_scratch_;

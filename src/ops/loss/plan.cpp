@@ -193,9 +193,13 @@ LossDesc LossDesc::nll_loss(DType dt, const Shape& input, DType target_dtype, bo
 
 LossDesc LossDesc::linear_cross_entropy(DType dt, int64_t tokens, int64_t hidden, int64_t vocab, DType target_dtype,
                                         Reduction r, int64_t ignore_index, double label_smoothing, int64_t chunk_tokens,
-                                        Direction dir) {
+                                        Direction dir, bool class_weight) {
   LossDesc d = make(LossOp::linear_cross_entropy, dt,
                     {Shape::of({tokens, hidden}), Shape::of({vocab, hidden}), Shape::of({tokens})}, r, dir);
+  if (class_weight) {
+    d.shapes[3] = Shape::of({vocab});
+    d.present |= 0b1000;
+  }
   d.target_dtype = target_dtype;
   d.params[0] = static_cast<double>(ignore_index);
   d.params[1] = label_smoothing;
@@ -431,7 +435,7 @@ Result<void> check_rows(const LossDesc& d, Shape* bcast) {
 Result<void> check_linear(const LossDesc& d) {
   const std::string label = op_label(d);
   if ((d.present & 0b111) != 0b111) return invalid(label + ": input, weight and target are required");
-  if (d.has(3)) return invalid(label + ": takes 3 inputs (input, weight, target), got a 4th");
+  if (d.present >> 4) return invalid(label + ": takes at most 4 inputs (input, weight, target, class_weight)");
   const Shape &x = d.shapes[0], &w = d.shapes[1], &t = d.shapes[2];
   BARACUDA_TRY(check_shape(label, "input", x));
   BARACUDA_TRY(check_shape(label, "weight", w));
@@ -447,6 +451,9 @@ Result<void> check_linear(const LossDesc& d) {
                    "] (one class index per row), got " + t.str());
   if (!is_index_dtype(d.target_dtype))
     return invalid(label + ": target dtype expected int32 or int64 (class indices), got " + dname(d.target_dtype));
+  if (d.has(3) && !(d.shapes[3] == Shape::of({w.dims[0]})))
+    return invalid(label + ": class_weight shape expected [" + std::to_string(w.dims[0]) +
+                   "] (one weight per class, weight.shape[0]), got " + d.shapes[3].str());
   if (w.dims[0] == 0 && x.dims[0] > 0)
     return invalid(label + ": weight.shape[0] (classes) expected >= 1, got 0 with " + std::to_string(x.dims[0]) +
                    " rows");
