@@ -1800,6 +1800,49 @@ def test_lax_gather_scatter_batching_dims_vs_jax(case, mode):
         same_values(a, from_jax(b), f"lax_scatter_add batching grad {what} {case} {mode}")
 
 
+@pytest.mark.parametrize("case", range(len(BATCHED_GATHER_CASES)))
+@pytest.mark.parametrize("reduce", ["scatter", "scatter_mul", "scatter_min", "scatter_max"])
+@pytest.mark.parametrize("mode", ["clip", "fill"])
+def test_lax_scatter_reductions_batching_dims_vs_jax(case, reduce, mode):
+    """lax.scatter / scatter_mul / scatter_min / scatter_max with operand batching dims, against
+    JAX. Duplicate indices: products of small integers are exact in any order; min and max do not
+    depend on order; the replacing scatter gets unique start indices (cases 0 and 1: a permutation
+    per batch; windows of size 1) so no update lands twice."""
+    jax, jnp, _ = jax_or_skip()
+    oshape, ishape, offs, coll, sim, ob, ib, sizes = BATCHED_GATHER_CASES[case]
+    if reduce == "scatter" and case == 2:
+        pytest.skip("case 2's windows overlap: replacement order is unspecified in JAX")
+    try:
+        sdn = jax.lax.ScatterDimensionNumbers(update_window_dims=offs, inserted_window_dims=coll,
+                                              scatter_dims_to_operand_dims=sim, operand_batching_dims=ob,
+                                              scatter_indices_batching_dims=ib)
+    except TypeError as e:
+        pytest.skip(f"this JAX has no operand batching dims: {e}")
+    if reduce == "scatter":
+        # One index per (batch, position): a prefix of a permutation of the indexed dim per batch.
+        bdim, n = ib[0], ishape[1 - ib[0]]
+        perms = [torch.randperm(oshape[sim[0]], generator=gen("lgbs-p", case, b))[:n] for b in range(ishape[bdim])]
+        idx = torch.stack(perms, dim=bdim).unsqueeze(-1)
+        if mode == "fill":
+            idx = idx - 1  # some start at -1: out of range, dropped (fill) instead of clamped
+        idx32 = idx.to(torch.int32).to(DEV)
+    else:
+        idx32 = torch.randint(-2, 11, ishape, generator=gen("lgbs-i", case), dtype=torch.int32).to(DEV)
+    lo, hi = (-2, 3) if reduce == "scatter_mul" else (-30, 30)
+    upd_shape = jax.eval_shape(lambda a, i: jax.lax.gather(a, i, jax.lax.GatherDimensionNumbers(
+        offset_dims=offs, collapsed_slice_dims=coll, start_index_map=sim, operand_batching_dims=ob,
+        start_indices_batching_dims=ib), sizes, mode="clip"),
+        jax.ShapeDtypeStruct(oshape, jnp.float32), jax.ShapeDtypeStruct(ishape, jnp.int32)).shape
+    upd = make(upd_shape, torch.float32, "lgbs-u", case, reduce, lo=lo, hi=hi)
+    x = make(oshape, torch.float32, "lgbs-x", case, reduce, lo=lo, hi=hi)
+    ref = from_jax(getattr(jax.lax, reduce)(to_jax(x), to_jax(idx32), to_jax(upd), sdn, mode=mode))
+    ours = getattr(F, f"lax_{reduce}")
+    for it in INDEX_DTYPES:
+        for det in (False, True):
+            same_values(ours(x, idx32.to(it), upd, sdn, mode=mode, deterministic=det), ref,
+                        f"lax_{reduce} batching {case} {mode} {it} det={det}")
+
+
 def test_lax_batching_dims_errors():
     x = randf((4, 10, 6), torch.float32, "lgbe")
     idx = torch.zeros((3, 5, 1), dtype=torch.int32, device=DEV)

@@ -470,6 +470,40 @@ def test_cross_entropy_cluster_special_rows():
         BL.check_targets = True
 
 
+# The persistent cluster kernel with more rows than co-resident clusters (each cluster walks
+# several rows, the next row's copies in flight), ignored rows alone and in runs.
+PERSIST_CASES = [(torch.bfloat16, 128256), (torch.bfloat16, 32000), (torch.float32, 100000),
+                 (torch.float64, 65536)]
+
+
+@pytest.mark.parametrize("dt,n", PERSIST_CASES, ids=[f"{IDS[d]}-{n}" for d, n in PERSIST_CASES])
+@pytest.mark.parametrize("ls", [0.0, 0.1])
+def test_cross_entropy_cluster_persistent(dt, n, ls):
+    """More rows than the device co-schedules clusters, ignored rows alone and in runs, mean and
+    none vs torch; bit-identical when repeated."""
+    rows = 600
+    x = randn((rows, n), dt, "cl-persist", n, scale=3.0)
+    t = randint((rows,), n, "cl-persist-t", n)
+    t[::7] = -100
+    t[100:140] = -100
+    xr = x.clone().requires_grad_()
+    out = F.cross_entropy(xr, t, reduction="mean", label_smoothing=ls)
+    (gx,) = torch.autograd.grad(out, xr)
+    xu = x.to(UP[dt]).requires_grad_()
+    ref = tF.cross_entropy(xu, t, reduction="mean", label_smoothing=ls)
+    (gr,) = torch.autograd.grad(ref, xu)
+    what = f"persistent cluster cross_entropy {IDS[dt]} n={n} ls={ls}"
+    close(out, ref.detach().to(dt), *loss_tol("cross_entropy", dt, ref.detach(), "mean"), what)
+    rtol, atol = tol("cross_entropy", dt, bw=True)
+    not_degenerate(gr, what + " grad")
+    close(gx, gr.to(dt), rtol, atol / rows, what + " grad")
+    o2, g2 = F.cross_entropy_with_grad(x, t, reduction="none", label_smoothing=ls)
+    ref_none = tF.cross_entropy(x.to(UP[dt]), t, reduction="none", label_smoothing=ls)
+    close(o2, ref_none.to(dt), *tol("cross_entropy", dt), what + " none")
+    o3, g3 = F.cross_entropy_with_grad(x, t, reduction="none", label_smoothing=ls)
+    assert torch.equal(o2, o3) and torch.equal(g2, g3), f"{what}: not bit-stable"
+
+
 @pytest.mark.sanitizer
 def test_cluster_poisoned_outputs():
     """Every gradient element of the cluster kernel is written (3 rows of 10 CTAs: one live, one

@@ -688,7 +688,9 @@ Result<LossPlan> LossPlan::select(const Target& target, const LossDesc& desc, co
                               (bw && !desc.fused_grad ? "; gradient from the saved log-sum-exp" : "") +
                               (desc.fused_grad ? (bw ? "; rescales the fused forward's gradient by dy (none if 1)"
                                                      : (c.cluster > 0 ? "; gradient fused in the forward, the row held "
-                                                                        "on chip by a thread-block cluster (one read)"
+                                                                        "on chip by a thread-block cluster (one read); "
+                                                                        "persistent clusters, the next row's copies in "
+                                                                        "flight while a row is reduced and written"
                                                                       : "; gradient fused in the forward"))
                                                : "");
     if (reduced)
