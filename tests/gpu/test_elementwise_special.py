@@ -249,3 +249,99 @@ def test_hardswish_backward_at_the_kinks(dtype):
     dy = torch.full_like(x, 0.75)
     torch.testing.assert_close(F.hardswish_backward(dy, x), torch.ops.aten.hardswish_backward(dy, x),
                                rtol=0, atol=0)
+
+
+# ---- short forms for 16-bit storage (src/kernels/common/short_math.cuh) ----------------------------
+def _all_bf16():
+    return torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).to(ew.DEVICE)
+
+
+_SHORT_UNARY = {
+    "erfc": (lambda x: F.erfc(x), torch.erfc),
+    "lgamma": (lambda x: F.lgamma(x), torch.lgamma),
+    "digamma": (lambda x: F.digamma(x), torch.digamma),
+    "polygamma1": (lambda x: F.polygamma(1, x), lambda x: torch.polygamma(1, x)),
+}
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", list(_SHORT_UNARY))
+def test_short_math_bf16_every_input(name):
+    """Every bf16 bit pattern: same non-finite class as torch everywhere, the same bf16 value
+    except at rare near-ties (host check of the short forms: 0-2 of 65536 vs the correctly
+    rounded value). Negative inputs near poles/roots go through reflection in both and may differ
+    by more, so only x > 0 is held to the bit count."""
+    ours_fn, ref_fn = _SHORT_UNARY[name]
+    x = _all_bf16()
+    got, want = ours_fn(x), ref_fn(x)
+    assert torch.equal(torch.isnan(got), torch.isnan(want)), f"{name}: NaN positions differ"
+    pos = (x > 0) & torch.isfinite(want) if name != "erfc" else torch.isfinite(want)
+    differ = int(((got != want) & pos).sum())
+    assert differ <= 16, f"{name}: {differ} of {int(pos.sum())} bf16 inputs round differently from torch"
+    torch.testing.assert_close(got[pos].float(), want[pos].float(), rtol=1.6e-2, atol=1e-5)
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", ["lgamma", "digamma", "polygamma1"])
+def test_short_math_f32_dense(name):
+    """f32: a dense sweep of (0, 40] against torch, within a few ulp (ulp of the result; psi's
+    root at 1.4616 compared absolutely)."""
+    ours_fn, ref_fn = _SHORT_UNARY[name]
+    x = torch.linspace(1e-3, 40.0, 1 << 20, device="cuda", dtype=torch.float32)
+    got, want = ours_fn(x), ref_fn(x)
+    torch.testing.assert_close(got, want, rtol=16 * 2.0 ** -23, atol=2e-6)
+
+
+@needs_cuda
+def test_short_math_div_floor_and_pow_bf16():
+    g = torch.Generator(device="cuda").manual_seed(11)
+    a = torch.randn(1 << 20, device="cuda", generator=g).mul_(50).bfloat16()
+    b = torch.randn(1 << 20, device="cuda", generator=g).mul_(3).bfloat16()
+    assert torch.equal(F.div(a, b, rounding_mode="floor"), torch.div(a, b, rounding_mode="floor"))
+    base = torch.rand(1 << 20, device="cuda", generator=g).mul_(10).bfloat16()
+    e = torch.rand(1 << 20, device="cuda", generator=g).mul_(8).sub_(4).bfloat16()
+    got, want = F.pow(base, e), torch.pow(base, e)
+    assert int((got != want).sum()) <= 64  # near-ties only (host: 4e-6 of pairs)
+    torch.testing.assert_close(got.float(), want.float(), rtol=1.6e-2, atol=0)
+
+
+# ---- round 2: activation short forms (expm1_short, softplus_short, mish_short, sinc_short) ---------
+def _all_f16():
+    return torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.float16).to(ew.DEVICE)
+
+
+_nnf = torch.nn.functional
+_SHORT_ACT = {
+    "sinc": (lambda x: F.sinc(x), torch.sinc),
+    "elu": (lambda x: F.elu(x), _nnf.elu),
+    "selu": (lambda x: F.selu(x), _nnf.selu),
+    "celu": (lambda x: F.celu(x, alpha=0.5), lambda x: _nnf.celu(x, alpha=0.5)),
+    "softplus": (lambda x: F.softplus(x), _nnf.softplus),
+    "softplus-beta": (lambda x: F.softplus(x, beta=2.0, threshold=10.0),
+                      lambda x: _nnf.softplus(x, beta=2.0, threshold=10.0)),
+    "mish": (lambda x: F.mish(x), _nnf.mish),
+    "mish_backward": (lambda x: F.mish_backward(torch.ones_like(x), x),
+                      lambda x: torch.ops.aten.mish_backward(torch.ones_like(x), x)),
+}
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("name", list(_SHORT_ACT))
+def test_short_activation_every_input(name, dtype):
+    """Every bf16 / f16 bit pattern against torch: same NaN and inf positions, the same value except
+    at near-ties (host check against the correctly rounded value: <= 1 of 65536 bf16 and <= 20 f16
+    inputs differ with the MUFU errors injected), within one unit of the storage format elsewhere
+    (mish_backward near its root at x = -1.19 cancels in torch's formula too)."""
+    ours_fn, ref_fn = _SHORT_ACT[name]
+    x = _all_bf16() if dtype == torch.bfloat16 else _all_f16()
+    got, want = ours_fn(x), ref_fn(x)
+    assert got.dtype == want.dtype
+    assert torch.equal(torch.isnan(got), torch.isnan(want)), f"{name}: NaN positions differ"
+    assert torch.equal(torch.isinf(got), torch.isinf(want)), f"{name}: inf positions differ"
+    fin = torch.isfinite(want)
+    differ = int(((got != want) & fin).sum())
+    limit = 16 if dtype == torch.bfloat16 else 48
+    assert differ <= limit, f"{name}: {differ} of {int(fin.sum())} inputs round differently from torch"
+    rtol = 1.6e-2 if dtype == torch.bfloat16 else 2e-3
+    torch.testing.assert_close(got[fin].float(), want[fin].float(), rtol=rtol, atol=1e-6)

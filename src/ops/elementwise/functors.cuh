@@ -12,6 +12,7 @@
 
 #include "core/ew_iter.hpp"
 #include "kernels/common/dtype_traits.cuh"
+#include "kernels/common/short_math.cuh"
 #include "kernels/common/special_math.cuh"
 
 namespace baracuda::kern::ew_ops {
@@ -41,6 +42,12 @@ template <class T, class M> __device__ __forceinline__ M storage_max() {
   else if constexpr (cuda::std::is_same_v<T, __nv_bfloat16>) return M(3.3895313892515355e38f);
   else return cuda::std::numeric_limits<T>::max();
 }
+
+/// f32 math for 16-bit storage may use the short forms of kernels/common/short_math.cuh (results
+/// keep 8 or 11 bits; those functions were issue-bound on H100 in their full-precision form).
+template <class M, class T>
+inline constexpr bool kShortMath = cuda::std::is_same_v<M, float> && sizeof(T) == 2;
+template <class M> inline constexpr bool kF32 = cuda::std::is_same_v<M, float>;
 
 #define FW1 template <class M, class T> __device__ __forceinline__ static auto fw([[maybe_unused]] const EwParams& p, M x)
 #define FW2 template <class M, class T> __device__ __forceinline__ static auto fw([[maybe_unused]] const EwParams& p, M a, M b)
@@ -120,13 +127,28 @@ struct op_round {
 };
 struct op_frac { FW1 { return x - trunc(x); } BW0 { g[0] = dy; } };
 struct op_erf { FW1 { return erf(x); } BW1(x) { g[0] = dy * M(1.12837916709551257390) * exp(-x * x); } };
-struct op_erfc { FW1 { return erfc(x); } BW1(x) { g[0] = -dy * M(1.12837916709551257390) * exp(-x * x); } };
+struct op_erfc {
+  FW1 { if constexpr (kShortMath<M, T>) return short_math::erfc_short(x); else return erfc(x); } BW1(x) { g[0] = -dy * M(1.12837916709551257390) * exp(-x * x); } };
 struct op_erfinv { FW1 { return erfinv(x); } BW1(y) { g[0] = dy * M(0.886226925452758013649) * exp(y * y); } };
-struct op_lgamma { FW1 { return lgamma(x); } BW1(x) { g[0] = dy * digamma(x); } };
-struct op_digamma { FW1 { return digamma(x); } BW1(x) { g[0] = dy * polygamma(1, x); } };
+// f32 (and 16-bit storage, computed in f32): short_math's branch-light forms; f64: Cephes.
+template <class M, class T> __device__ __forceinline__ M digamma_(M x) {
+  if constexpr (kF32<M>) return short_math::digamma_f32<kShortMath<M, T>>(x); else return digamma(x);
+}
+template <class M, class T> __device__ __forceinline__ M polygamma_(int n, M x) {
+  if constexpr (kF32<M>) {
+    if (n == 0) return short_math::digamma_f32<kShortMath<M, T>>(x);
+    if (n == 1) return short_math::trigamma_f32<kShortMath<M, T>>(x);
+  }
+  return polygamma(n, x);
+}
+struct op_lgamma {
+  FW1 { if constexpr (kF32<M>) return short_math::lgamma_f32<kShortMath<M, T>>(x); else return lgamma(x); }
+  BW1(x) { g[0] = dy * digamma_<M, T>(x); }
+};
+struct op_digamma { FW1 { return digamma_<M, T>(x); } BW1(x) { g[0] = dy * polygamma_<M, T>(1, x); } };
 struct op_polygamma {
-  FW1 { return polygamma(static_cast<int>(p.d[0]), x); }
-  BW1(x) { g[0] = dy * polygamma(static_cast<int>(p.d[0]) + 1, x); }
+  FW1 { return polygamma_<M, T>(static_cast<int>(p.d[0]), x); }
+  BW1(x) { g[0] = dy * polygamma_<M, T>(static_cast<int>(p.d[0]) + 1, x); }
 };
 struct op_i0 {
   FW1 {
@@ -138,6 +160,7 @@ struct op_i0 {
 };
 struct op_sinc {
   FW1 {
+    if constexpr (kShortMath<M, T>) return short_math::sinc_short(x);
     if (x == M(0)) return M(1);
     const M px = M(3.14159265358979323846) * x;
     return sin(px) / px;
@@ -232,24 +255,27 @@ struct op_rrelu_eval {
   BW1(x) { const M s = (prm<M>(p, 0) + prm<M>(p, 1)) / M(2); g[0] = x > M(0) ? dy : dy * s; }
 };
 // elu family: negcoef = alpha*scale, poscoef = scale, negiptcoef = input_scale (ATen).
-template <class M> __device__ __forceinline__ M elu_fw(M x, M alpha, M scale, M iscale) {
-  return x <= M(0) ? expm1(x * iscale) * alpha * scale : x * scale;
+template <class M, class T> __device__ __forceinline__ M expm1_(M x) {
+  if constexpr (kShortMath<M, T>) return short_math::expm1_short(x); else return expm1(x);
+}
+template <class M, class T> __device__ __forceinline__ M elu_fw(M x, M alpha, M scale, M iscale) {
+  return x <= M(0) ? expm1_<M, T>(x * iscale) * alpha * scale : x * scale;
 }
 template <class M> __device__ __forceinline__ M elu_bw(M dy, M x, M alpha, M scale, M iscale) {
   return x <= M(0) ? dy * iscale * alpha * scale * exp(x * iscale) : dy * scale;
 }
 struct op_elu {
-  FW1 { return elu_fw(x, prm<M>(p, 0), prm<M>(p, 1), prm<M>(p, 2)); }
+  FW1 { return elu_fw<M, T>(x, prm<M>(p, 0), prm<M>(p, 1), prm<M>(p, 2)); }
   BW1(x) { g[0] = elu_bw(dy, x, prm<M>(p, 0), prm<M>(p, 1), prm<M>(p, 2)); }
 };
 constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
 constexpr double kSeluScale = 1.0507009873554804934193349852946;
 struct op_selu {
-  FW1 { return elu_fw(x, M(kSeluAlpha), M(kSeluScale), M(1)); }
+  FW1 { return elu_fw<M, T>(x, M(kSeluAlpha), M(kSeluScale), M(1)); }
   BW1(x) { g[0] = elu_bw(dy, x, M(kSeluAlpha), M(kSeluScale), M(1)); }
 };
 struct op_celu {
-  FW1 { const M a = prm<M>(p, 0); return elu_fw(x, a, M(1), M(1) / a); }
+  FW1 { const M a = prm<M>(p, 0); return elu_fw<M, T>(x, a, M(1), M(1) / a); }
   BW1(x) { const M a = prm<M>(p, 0); g[0] = elu_bw(dy, x, a, M(1), M(1) / a); }
 };
 /// For 16-bit storage the result keeps 8 (bf16) or 11 (f16) bits, so gelu uses short forms that
@@ -311,8 +337,9 @@ struct op_silu {
   BW1(x) { const M s = sigmoid_(x); g[0] = dy * s * (M(1) + x * (M(1) - s)); }
 };
 struct op_mish {
-  FW1 { return x * tanh(log1p(exp(x))); }
+  FW1 { if constexpr (kShortMath<M, T>) return short_math::mish_short(x); else return x * tanh(log1p(exp(x))); }
   BW1(x) {
+    if constexpr (kShortMath<M, T>) { g[0] = dy * short_math::mish_grad_short(x); return; }
     const M t = tanh(log1p(exp(x)));
     const M s = sigmoid_(x);
     g[0] = dy * (t + x * s * (M(1) - t * t));
@@ -338,7 +365,12 @@ struct op_softshrink {
 };
 struct op_tanhshrink { FW1 { return x - tanh(x); } BW1(x) { const M t = tanh(x); g[0] = dy * t * t; } };
 struct op_softplus {
-  FW1 { const M b = prm<M>(p, 0); return x * b > prm<M>(p, 1) ? x : log1p(exp(x * b)) / b; }
+  FW1 {
+    const M b = prm<M>(p, 0);
+    if (x * b > prm<M>(p, 1)) return x;
+    if constexpr (kShortMath<M, T>) { const M r = short_math::softplus_short(x * b); return b == M(1) ? r : r / b; }
+    return log1p(exp(x * b)) / b;
+  }
   BW1(x) {
     const M b = prm<M>(p, 0);
     const M z = exp(x * b);
@@ -428,7 +460,16 @@ template <class M> __device__ __forceinline__ M div_floor_(M a, M b) {
     }
   }
 }
-struct op_div_floor { FW2 { return div_floor_(a, b); } ZERO_BW2 };
+struct op_div_floor {
+  FW2 {
+    if constexpr (kShortMath<M, T>) {  // exact (host check: 1.9e8 bf16 pairs, all equal to ATen's)
+      M r;
+      if (short_math::div_floor_fast(a, b, &r)) return r;
+    }
+    return div_floor_(a, b);
+  }
+  ZERO_BW2
+};
 struct op_fmod {
   FW2 { if constexpr (is_float_v<M>) return fmod(a, b); else return b == M(0) ? M(0) : M(a % b); }
   BW2 { g[0] = dy; g[1] = -dy * trunc(a / b); }
@@ -462,7 +503,17 @@ template <class M> __device__ __forceinline__ M ipow(M base, M e) {
   return r;
 }
 struct op_pow {
-  FW2 { if constexpr (is_int_v<M>) return ipow(a, b); else return pow(a, b); }
+  FW2 {
+    if constexpr (is_int_v<M>) {
+      return ipow(a, b);
+    } else {
+      if constexpr (kShortMath<M, T>) {
+        M r;
+        if (short_math::pow_short(a, b, &r)) return r;
+      }
+      return pow(a, b);
+    }
+  }
   template <class M, class T>
   __device__ __forceinline__ static void bw(const EwParams&, M dy, M a, M b, M y, M* g) {
     g[0] = b == M(0) ? M(0) : dy * b * pow(a, b - M(1));

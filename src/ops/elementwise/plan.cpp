@@ -352,6 +352,19 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
       p.sku_.precision.note = short_form ? "erf gelu, Phi by Abramowitz-Stegun 7.1.26 (|err| <= 1.5e-7 before rounding)"
                                          : "exact erf";
   }
+  {
+    // short_math.cuh: 16-bit storage evaluates these with MUFU-based short forms (relative error
+    // ~1e-7..1e-6 in f32 before rounding to 8/11 bits); lgamma/digamma/trigamma also replace
+    // libdevice / torch's recurrences in f32 (a few f32 ulp). Said here so the SKU is honest.
+    using E = ElementwiseOp;
+    const bool half = desc.dtype == DType::f16 || desc.dtype == DType::bf16;
+    const E o = desc.op;
+    if (half && (o == E::erfc || o == E::lgamma || o == E::digamma || o == E::polygamma || o == E::pow ||
+                 o == E::sinc || o == E::softplus || o == E::mish || o == E::elu || o == E::selu || o == E::celu))
+      p.sku_.precision.note = "short form for 16-bit storage (MUFU exp2/log2/rcp, ~1e-6 rel. in f32 before rounding)";
+    else if (desc.dtype == DType::f32 && (o == E::lgamma || o == E::digamma || o == E::polygamma))
+      p.sku_.precision.note = "own f32 lgamma/digamma/trigamma series (a few f32 ulp; polygamma n >= 2: zeta)";
+  }
   if (desc.op == ElementwiseOp::cast)
     p.sku_.precision.note = desc.params[0] != 0 ? "saturating to the finite range" : "torch overflow rules";
   if (bw) {

@@ -1,0 +1,398 @@
+// Cheaper forms of the special functions whose libdevice/Cephes evaluation made their elementwise
+// rows issue-bound on H100 (bench/results/elementwise-h100.md, issue 2). Two kinds:
+//
+//   * *_pos / *_f32: full f32 accuracy (within a few f32 ulp of torch's result), used for f32 and
+//     16-bit storage alike where the old code was slow for reasons other than precision
+//     (digamma's variable-length recurrence with one IEEE division per step, trigamma's six
+//     divisions, fmod in div(floor));
+//   * *_short: for 16-bit storage only (bf16/f16 keep 8/11 bits): relative error ~1e-7..1e-6,
+//     built on the MUFU approximations (ex2/lg2/rcp, one instruction each). Their bf16 results
+//     round to the same bf16 as torch's except at rare near-ties (numbers next to each function,
+//     measured on the host over all 65536 bf16 inputs against the correctly rounded value; torch's
+//     own f32 result misses that rounding about as often).
+//
+// Everything is __host__ __device__ so the host can verify it: off the device the MUFU wrappers
+// evaluate in double and round (the device's are within 2 ulp of that; the host check also runs
+// with those errors injected, see the numbers).
+#pragma once
+#include <cuda/std/limits>
+
+#if defined(__CUDACC__)
+#define BARACUDA_HD __host__ __device__
+#define BARACUDA_HD_COLD __host__ __device__ __noinline__  // rare paths: out of the hot loop's code
+#else
+#define BARACUDA_HD
+#define BARACUDA_HD_COLD __attribute__((noinline))
+#endif
+
+#ifndef __CUDA_ARCH__
+#include <cmath>
+#include <cstring>
+// Host model of the MUFU errors: identity by default; the accuracy check injects the documented
+// worst cases (relative for ex2/rcp, absolute for lg2).
+#ifndef BARACUDA_HOST_MUFU_REL
+#define BARACUDA_HOST_MUFU_REL(v) (v)
+#endif
+#ifndef BARACUDA_HOST_MUFU_ABS
+#define BARACUDA_HOST_MUFU_ABS(v) (v)
+#endif
+#endif
+
+namespace baracuda::kern::short_math {
+
+// ---- MUFU wrappers ------------------------------------------------------------------------------
+/// 2^x, ex2.approx.ftz: <= 2 ulp; results below 2^-126 flush to 0.
+BARACUDA_HD inline float ex2_fast(float x) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  const float r = static_cast<float>(std::exp2(static_cast<double>(x)));
+  return BARACUDA_HOST_MUFU_REL(r < 1.17549435e-38f ? 0.0f : r);
+#endif
+}
+/// log2(x), lg2.approx.ftz: absolute error <= 2^-22.6 (so NOT relatively accurate near x = 1).
+BARACUDA_HD inline float lg2_fast(float x) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  // .ftz: a subnormal input is 0 (log2 -> -inf), as on the device.
+  const float r = static_cast<float>(std::log2(x > 0.0f && x < 1.17549435e-38f ? 0.0 : static_cast<double>(x)));
+  return std::isfinite(r) ? BARACUDA_HOST_MUFU_ABS(r) : r;
+#endif
+}
+/// 1/x, rcp.approx.ftz: <= 1 ulp.
+BARACUDA_HD inline float rcp_fast(float x) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  // .ftz: subnormal inputs read as 0 (-> inf) and results below 2^-126 flush to 0, as on the device.
+  const float r =
+      static_cast<float>(1.0 / (std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0, x) : static_cast<double>(x)));
+  return BARACUDA_HOST_MUFU_REL(std::fabs(r) < 1.17549435e-38f ? std::copysign(0.0f, r) : r);
+#endif
+}
+BARACUDA_HD inline float ln_fast(float x) { return lg2_fast(x) * 0.693147180559945309f; }
+
+inline constexpr float kInf = cuda::std::numeric_limits<float>::infinity();
+inline constexpr float kNaN = cuda::std::numeric_limits<float>::quiet_NaN();
+
+// ---- digamma -----------------------------------------------------------------------------------
+/// psi(x) for x > 0 (or +inf, NaN). The recurrence psi(x) = psi(x + 6) - sum_{k<6} 1/(x+k) runs
+/// as one fraction N/D (two FMAs a step, one division at the end) instead of torch's up-to-ten
+/// divisions, and only for x < 6, where the asymptotic series (4 terms: truncation < 2e-10) then
+/// holds. Short: MUFU log/rcp. Host check (f32, vs double): max 4 ulp outside psi's root
+/// neighbourhood, where torch's own recurrence has the same absolute-error behaviour.
+template <bool kShort>
+BARACUDA_HD inline float digamma_pos(float x) {
+  float s = 0.0f;
+  if (x < 6.0f) {
+    float n = 1.0f, d = x;
+#pragma unroll
+    for (int k = 1; k < 6; ++k) {
+      const float a = x + float(k);
+      n = fmaf(n, a, d);
+      d *= a;
+    }
+    s = kShort ? n * rcp_fast(d) : n / d;
+    x += 6.0f;
+  }
+  const float r = kShort ? rcp_fast(x) : 1.0f / x;
+  const float r2 = r * r;
+  const float y = r2 * fmaf(r2, fmaf(r2, fmaf(r2, 1.0f / 240.0f, -1.0f / 252.0f), 1.0f / 120.0f), -1.0f / 12.0f);
+  const float lx = kShort ? ln_fast(x) : logf(x);
+  return fmaf(-0.5f, r, lx) + y - s;
+}
+
+/// torch's digamma for x <= 0, -inf: +-0 -> -+inf, negative integers -> NaN, else the reflection
+/// with the fractional part taken in double (torch's jiterator code does the same).
+template <bool kShort>
+BARACUDA_HD_COLD float digamma_nonpos(float x) {
+  if (x == 0.0f) return copysignf(kInf, -x);
+  if (x == truncf(x)) return kNaN;  // negative integers and -inf
+  constexpr double kPi = 3.14159265358979323846;
+  const double r = static_cast<double>(x) - trunc(static_cast<double>(x));
+  const float refl = static_cast<float>(-kPi / tan(kPi * r));
+  return refl + digamma_pos<kShort>(1.0f - x);
+}
+
+template <bool kShort>
+BARACUDA_HD inline float digamma_f32(float x) {
+  if (x > 0.0f || x != x) return digamma_pos<kShort>(x);
+  return digamma_nonpos<kShort>(x);
+}
+
+// ---- trigamma ----------------------------------------------------------------------------------
+/// psi_1(x) for x > 0 (or +inf, NaN): sum_{k<6} 1/(x+k)^2 as one fraction for x < 6, then the
+/// asymptotic series (truncation < 1e-9 relative at x = 6). torch's calc_trigamma does six
+/// divisions plus one for every input.
+template <bool kShort>
+BARACUDA_HD inline float trigamma_pos(float x) {
+  float s = 0.0f;
+  if (x < 6.0f) {
+    float n = 1.0f, d = x * x;
+#pragma unroll
+    for (int k = 1; k < 6; ++k) {
+      const float a = x + float(k);
+      const float a2 = a * a;
+      n = fmaf(n, a2, d);
+      d *= a2;
+    }
+    s = kShort ? n * rcp_fast(d) : n / d;
+    x += 6.0f;
+  }
+  // The MUFU reciprocal flushes results below 2^-126 (x > 2^126) to 0, where psi_1(x) ~ 1/x is a
+  // subnormal torch returns: scale by 2^-64 around it (exact except the last rounding).
+  const float r = kShort ? rcp_fast(x * 0x1p-64f) * 0x1p-64f : 1.0f / x;
+  const float r2 = r * r;
+  // 1/x + 1/(2x^2) + 1/(6x^3) - 1/(30x^5) + 1/(42x^7) - 1/(30x^9)
+  const float tail = fmaf(r2, fmaf(r2, fmaf(r2, -1.0f / 30.0f, 1.0f / 42.0f), -1.0f / 30.0f), 1.0f / 6.0f);
+  return s + fmaf(r2, fmaf(r, tail, 0.5f), r);
+}
+
+/// torch's calc_trigamma reflection for x <= 0 and -inf (sin of the f32 product pi*x, as torch:
+/// negative integers give huge finite values, not inf; 0 gives +inf).
+template <bool kShort>
+BARACUDA_HD_COLD float trigamma_nonpos(float x) {
+  constexpr float kPi = 3.14159265358979323846f;
+  const float sp = sinf(kPi * x);
+  return (kPi * kPi) / (sp * sp) - trigamma_pos<kShort>(1.0f - x);
+}
+
+template <bool kShort>
+BARACUDA_HD inline float trigamma_f32(float x) {
+  if (x > 0.0f || x != x) return trigamma_pos<kShort>(x);
+  return trigamma_nonpos<kShort>(x);
+}
+
+BARACUDA_HD_COLD inline float lgamma_cold(float x) { return lgammaf(x); }
+
+// ---- lgamma -------------------------------------------------------------------------------------
+/// lgamma(x) = (x-1)(x-2) P(x - 1.75) on [0.75, 2.75) (P: degree 12, relative error 5.2e-8; the
+/// factors keep the roots at 1 and 2 exact), lgamma(x+1) - log(x) below 0.75 (|log x| >= 0.29,
+/// so the MUFU log's absolute error stays relative), Stirling with 5 correction terms from 2.75.
+/// x <= 0, inf, NaN: libdevice lgammaf (torch's function). kShort: MUFU log and reciprocal.
+template <bool kShort>
+BARACUDA_HD inline float lgamma_f32(float x) {
+  if (!(x > 0.0f) || x == kInf) return lgamma_cold(x);
+  if (x < 2.75f) {
+    const bool small = x < 0.75f;
+    const float u = small ? x + 1.0f : x;
+    const float a = small ? x : x - 1.0f;         // u - 1, exact
+    const float b = small ? x - 1.0f : x - 2.0f;  // u - 2, exact near u = 2
+    const float t = u - 1.75f;
+    float p = 1.2189362210731424e-04f;
+    p = fmaf(p, t, -2.2550171169293621e-04f);
+    p = fmaf(p, t, 2.562451919007679e-05f);
+    p = fmaf(p, t, -6.043089331425152e-05f);
+    p = fmaf(p, t, 6.269711348696285e-04f);
+    p = fmaf(p, t, -1.207072805826338e-03f);
+    p = fmaf(p, t, 2.069707018459476e-03f);
+    p = fmaf(p, t, -4.181210323968896e-03f);
+    p = fmaf(p, t, 8.779857873640474e-03f);
+    p = fmaf(p, t, -1.905974872250777e-02f);
+    p = fmaf(p, t, 4.4520302724812395e-02f);
+    p = fmaf(p, t, -1.1948137674817173e-01f);
+    p = fmaf(p, t, 4.501393125507464e-01f);
+    const float r = a * b * p + 0.0f;  // +0, not -0, at x = 1 (torch)
+    if (!small) return r;
+    if constexpr (!kShort) return r - logf(x);
+    // The MUFU log flushes subnormal x to 0 (log -> -inf): scale them by 2^24 first.
+    const bool sub = x < 1.17549435e-38f;
+    return r - (ln_fast(sub ? x * 0x1p24f : x) - (sub ? 24.0f * 0.693147180559945309f : 0.0f));
+  }
+  const float ir = kShort ? rcp_fast(x) : 1.0f / x;
+  const float ir2 = ir * ir;
+  // 1/(12x) - 1/(360x^3) + 1/(1260x^5) - 1/(1680x^7) + 1/(1188x^9)
+  const float corr =
+      ir * fmaf(ir2, fmaf(ir2, fmaf(ir2, fmaf(ir2, 1.0f / 1188.0f, -1.0f / 1680.0f), 1.0f / 1260.0f), -1.0f / 360.0f),
+                1.0f / 12.0f);
+  return fmaf(x - 0.5f, kShort ? ln_fast(x) : logf(x), (0.918938533204672742f - x) + corr);
+}
+
+// ---- erfc (16-bit storage) ------------------------------------------------------------------------
+/// erfc(a), a = |x| <= 10.5: (1 + 2a) e^{a^2} erfc(a) = 1 + p(q), q = (a-2)/(a+2) (Shepherd and
+/// Laframboise's form, which CUDA's erfcf also uses; here p has degree 9, error 2.4e-8, and the
+/// divisions are MUFU reciprocals). a^2 is exact for 16-bit inputs (<= 22 significant bits), and
+/// its product with log2(e) keeps its rounding error as a correction term (else 6e-6 relative at
+/// a = 10). e^{-a^2} is taken as a square so results below 2^-126 come out subnormal, as torch's.
+BARACUDA_HD inline float erfc_short(float x) {
+  float a = fabsf(x);
+  a = a > 10.5f ? 10.5f : a;  // NaN passes through
+  const float q = (a - 2.0f) * rcp_fast(a + 2.0f);
+  float p = -4.0361957209473863e-04f;
+  p = fmaf(p, q, -1.230690220347373e-03f);
+  p = fmaf(p, q, 1.320619599949645e-03f);
+  p = fmaf(p, q, 8.634470821149523e-03f);
+  p = fmaf(p, q, -8.063906555689579e-03f);
+  p = fmaf(p, q, -5.4205733718770334e-02f);
+  p = fmaf(p, q, 1.6405613130443217e-01f);
+  p = fmaf(p, q, -1.660312352354335e-01f);
+  p = fmaf(p, q, -9.276402215557912e-02f);
+  p = fmaf(p, q, 2.76978390048864e-01f);
+  const float g = (p + 1.0f) * rcp_fast(fmaf(2.0f, a, 1.0f));
+  constexpr float kL2eHi = -1.44269502162933349609375f;  // -log2(e) rounded to f32
+  constexpr float kL2eLo = -1.925963033500011079e-08f;   // -log2(e) - kL2eHi
+  const float s = a * a;
+  const float h = s * kL2eHi;
+  const float lo = fmaf(s, kL2eHi, -h) + s * kL2eLo;  // h + lo = -a^2 log2(e) to ~2^-40
+  const float e = ex2_fast(0.5f * h);                 // >= 2^-80: normal
+  float t = g * e;
+  t = fmaf(t, lo * 0.693147180559945309f, t);
+  const float r = t * e;  // may be subnormal (no flush outside ex2)
+  return x < 0.0f ? 2.0f - r : r;
+}
+
+// ---- activations (16-bit storage) ---------------------------------------------------------------
+inline constexpr float kLog2e = 1.44269504088896340736f;
+
+BARACUDA_HD inline unsigned float_bits(float x) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(x);
+#else
+  unsigned u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+#endif
+}
+
+/// e^z - 1 (elu, selu, celu): z (1 + z/2 + ... + z^5/720) for |z| < 0.25 (truncation < 5e-8
+/// relative; written as z * (...) so expm1(-0) = -0), else 2^(z log2 e) - 1 with the MUFU ex2:
+/// |e^z - 1| >= 0.22 there, so its 2-ulp error stays relative; rounding z log2 e adds |z| 2^-24
+/// relative for z > 0 (celu with alpha < 0 only). -inf -> -1, +inf -> +inf, NaN -> NaN. libdevice's
+/// expm1f spends ~30 instructions on its own reduction (bf16 elu was issue-bound, 89% of copy BW).
+BARACUDA_HD inline float expm1_short(float z) {
+  if (fabsf(z) < 0.25f) {
+    float p = 1.0f / 720.0f;
+    p = fmaf(p, z, 1.0f / 120.0f);
+    p = fmaf(p, z, 1.0f / 24.0f);
+    p = fmaf(p, z, 1.0f / 6.0f);
+    p = fmaf(p, z, 0.5f);
+    p = fmaf(p, z, 1.0f);
+    return z * p;
+  }
+  return ex2_fast(z * kLog2e) - 1.0f;
+}
+
+/// torch's value where e^z is (nearly) subnormal, which the MUFU ex2 flushes: log1p(e^z) = e^z.
+BARACUDA_HD_COLD inline float softplus_tail(float z) { return expf(z); }
+
+/// log(1 + e^z) = max(z, 0) + log1p(t), t = e^-|z| in (0, 1], as 2 atanh(s), s = t / (2 + t) <= 1/3
+/// (odd series through s^13: truncation < 2e-8 relative): one ex2, one reciprocal, seven FMAs
+/// instead of expf and log1pf. The rounding of |z| log2 e costs up to |z| 2^-24 relative, < 3e-6
+/// before the tail (z < -80, where e^z nears the subnormals the MUFU ex2 flushes).
+BARACUDA_HD inline float softplus_short(float z) {
+  if (z < -80.0f) return softplus_tail(z);
+  const float t = ex2_fast(fabsf(z) * -kLog2e);  // NaN passes through
+  const float s = t * rcp_fast(2.0f + t);
+  const float s2 = s * s;
+  float p = 1.0f / 13.0f;
+  p = fmaf(p, s2, 1.0f / 11.0f);
+  p = fmaf(p, s2, 1.0f / 9.0f);
+  p = fmaf(p, s2, 1.0f / 7.0f);
+  p = fmaf(p, s2, 1.0f / 5.0f);
+  p = fmaf(p, s2, 1.0f / 3.0f);
+  const float ss = s + s;
+  return fmaxf(z, 0.0f) + fmaf(ss * s2, p, ss);
+}
+
+/// torch's formulas where e^x is (nearly) subnormal: x tanh(log1p(e^x)) = x e^x in f32, and the
+/// gradient t + x s (1 - t^2) with t = e^x, s = 1 / (1 + e^-x).
+BARACUDA_HD_COLD inline float mish_tail(float x) { return x * expf(x); }
+BARACUDA_HD_COLD inline float mish_grad_tail(float x) {
+  const float t = expf(x);
+  const float s = 1.0f / (1.0f + expf(-x));
+  return t + x * s * (1.0f - t * t);
+}
+
+/// x tanh(log(1 + e^x)) = x n / (n + 2), n = e^x (e^x + 2) (tanh(log u) = (u^2 - 1) / (u^2 + 1)):
+/// one ex2 and one reciprocal instead of expf, log1pf and tanhf. x is clamped at 20 for n, where
+/// the ratio is 1 in f32 (from x = 9.1 on) and n stays finite. x < -80: mish_tail.
+BARACUDA_HD inline float mish_short(float x) {
+  if (x < -80.0f) return mish_tail(x);
+  const float e = ex2_fast(fminf(x, 20.0f) * kLog2e);  // fminf(NaN, 20) = 20, x carries the NaN
+  const float n = fmaf(e, e, e + e);
+  return x * (n * rcp_fast(n + 2.0f));
+}
+
+/// mish'(x) = t + x s (1 - t^2), t = n / (n + 2), s = e / (1 + e), and 1 - t^2 = 4 (n + 1) / (n + 2)^2
+/// (no cancellation as t -> 1). Same clamp and tail as mish_short; from x = 20 on 1 - t^2 is 0, as
+/// torch's f32 tanh gives from 9.1 on (the clamped n would leave x 4/n, not 0), so +inf gives
+/// torch's inf * 0 = NaN.
+BARACUDA_HD inline float mish_grad_short(float x) {
+  if (x < -80.0f) return mish_grad_tail(x);
+  const float e = ex2_fast(fminf(x, 20.0f) * kLog2e);
+  const float n = fmaf(e, e, e + e);
+  const float q = rcp_fast(n + 2.0f);
+  const float s = e * rcp_fast(1.0f + e);
+  const float one_minus_t2 = x < 20.0f ? 4.0f * ((n + 1.0f) * q) * q : 0.0f;
+  return fmaf(x * s, one_minus_t2, n * q);
+}
+
+/// |pi x| >= 105615 (|x| >= 33618), inf, NaN: sinf (its Payne-Hanek reduction) out of the hot loop.
+BARACUDA_HD_COLD inline float sinc_tail(float px) { return sinf(px) / px; }
+
+/// sin(px) / px with px = fl(pi x), torch's f32 product: sinf's fast path written out (3-part
+/// Cody-Waite reduction by pi/2, exact for |px| < 105615, and its sin/cos polynomials) with the
+/// quadrant taken by a round-to-integer addition instead of F2I, and a MUFU reciprocal instead of
+/// the IEEE division. In the first quadrant (|px| < pi/4, including 0 and subnormals) the sin
+/// polynomial divided by r gives the result directly, with no reciprocal of a small px.
+BARACUDA_HD inline float sinc_short(float x) {
+  const float px = 3.14159265358979323846f * x;
+  if (!(fabsf(px) < 105615.0f)) return sinc_tail(px);
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: the sum's ulp is 1, so it is round(px 2/pi)
+  const float jr = fmaf(px, 0.636619772367581343f, kRound);
+  const unsigned quadrant = float_bits(jr);  // low bits: those of round(px 2/pi) (2^22 + j)
+  const float j = jr - kRound;
+  float r = fmaf(j, -1.57079625129699707031f, px);
+  r = fmaf(j, -7.54978941586159635335e-08f, r);
+  r = fmaf(j, -5.39030295347423839270e-15f, r);
+  const float u = r * r;
+  const float sin_r =
+      fmaf(u, fmaf(u, fmaf(u, -1.95746586541645228863e-04f, 8.33270326256752014160e-03f), -1.66666626930236816406e-01f),
+           1.0f);  // sin(r) / r
+  const float cos_r = fmaf(
+      u,
+      fmaf(u, fmaf(u, fmaf(u, 2.42795795202255249023e-05f, -1.38878601137548685074e-03f), 4.16667275130748748779e-02f),
+           -4.99999970197677612305e-01f),
+      1.0f);
+  float v = (quadrant & 1u) ? cos_r : sin_r * r;
+  v = (quadrant & 2u) ? -v : v;
+  return j == 0.0f ? sin_r : v * rcp_fast(px);
+}
+
+// ---- pow (16-bit storage) -------------------------------------------------------------------------
+/// a^b as 2^(b log2 a) with MUFU lg2/ex2 where that is accurate to ~1e-6 relative: a > 0 finite,
+/// |b| <= 16 (the lg2 absolute error 2^-22.6 is scaled by |b|), a result in the normal range
+/// (ex2.approx flushes subnormals). Everything else (signs, zeros, infinities, NaN, big |b|):
+/// powf, torch's function. Returns false in *r when the caller must use powf.
+BARACUDA_HD inline bool pow_short(float a, float b, float* r) {
+  if (!(a > 0.0f && a < kInf && fabsf(b) <= 16.0f)) return false;
+  const float y = b * lg2_fast(a);
+  if (y < -125.0f) return false;
+  *r = ex2_fast(y);
+  return true;
+}
+
+// ---- floor division (16-bit storage) -----------------------------------------------------------------
+/// floor(a / b) of the exact quotient without fmod (ATen's div_floor_floating, whose fmodf is a
+/// loop over the exponent difference). Round-to-nearest cannot cross an integer n with |n| < 2^24
+/// (n is representable), so floor(fl(a/b)) is wrong only when the quotient lies just below n and
+/// rounds up onto it; the sign of the exact residual a - n b (one FMA) detects that. Returns false
+/// for b = 0, non-finite operands or |a/b| >= 2^24, which keep ATen's formula.
+BARACUDA_HD inline bool div_floor_fast(float a, float b, float* r) {
+  const float q = a / b;
+  if (!(fabsf(q) < 16777216.0f && fabsf(b) < kInf)) return false;
+  float fl = floorf(q);
+  const float res = fmaf(-fl, b, a);
+  if (fl == q && res != 0.0f && ((res < 0.0f) != (b < 0.0f))) fl -= 1.0f;
+  *r = fl;
+  return true;
+}
+
+}  // namespace baracuda::kern::short_math
