@@ -15,49 +15,59 @@
 // registers, spills under two CTAs an SM), while shared memory costs no register and is re-read
 // at 128 bytes a cycle.
 //
-// Persistent, double-buffered. A launch of one cluster a row (8192 clusters for 8192 rows) left
-// DRAM 41% busy: each CTA loaded 32 KB, waited, reduced, synchronized and stored, so the loads of
-// an SM's two CTAs overlapped their exchanges and stores only by chance, and every cluster launch
-// cost scheduling time. Now the grid holds as many clusters as the device co-schedules
-// (cudaOccupancyMaxActiveClusters, once per device and cluster size) and cluster k walks rows k,
-// k + K, k + 2K, ... (K clusters; every CTA of a cluster walks the same rows, so the cluster
-// barriers stay uniform). Each CTA has two 32 KB segment buffers (dynamic shared memory, 64 KB; a
-// shared-memory carve-out that fits two CTAs an SM) and, before it processes row i from one
-// buffer, issues the cp.async of row i + K into the other (one commit group a row, empty when
-// nothing is copied; cp.async.wait_group 1 then waits for row i's group only): the next row's
-// loads are in flight during this row's reductions, exchange and gradient stores. A thread copies
-// and reads only its own vectors, so a buffer needs no CTA barrier before it is refilled: the
-// thread's last reads of it (row i - K's gradient) were consumed by its own earlier stores. The
-// vectors past the segment's end hold -inf in both buffers from the start (no term in the max or
-// the sum; the copies never touch them). Targets are read one row ahead of the copies (row
-// i + 2K's target while processing row i), so deciding whether to copy row i + K waits on no load.
-// Per row:
+// Persistent and software-pipelined. A launch of one cluster a row (8192 clusters for 8192 rows)
+// left DRAM 41% busy: each CTA loaded 32 KB, waited, reduced, synchronized and stored, so the
+// loads of an SM's two CTAs overlapped their exchanges and stores only by chance, and every
+// cluster launch cost scheduling time. Now the grid holds as many clusters as the device
+// co-schedules (cudaOccupancyMaxActiveClusters, once per device and cluster size) and cluster k
+// walks rows k, k + K, k + 2K, ... (K clusters; every CTA of a cluster walks the same rows, so the
+// cluster barriers stay uniform). The round that only double-buffered the copies (2203 us on H100
+// for [8192, 128256] bf16) left the warps stalled half the time at the per-row cluster barrier,
+// where the slowest of 8 CTAs on 8 SMs gates all: so the barrier is split into its arrive and its
+// wait, and a CTA does the work that needs no exchange in between. Each CTA has three 32 KB
+// segment buffers (dynamic shared memory, 96 KB; a shared-memory carve-out that fits two CTAs an
+// SM): iteration i (row i of the cluster's walk; buffer i mod 3) issues the cp.async of row i + 1
+// into buffer i + 1 (one commit group a row, empty when nothing is copied; cp.async.wait_group 1
+// then waits for row i's group only), reduces row i, waits for row i - 1's exchange, publishes row
+// i's partial and arrives, then writes row i - 1's gradient from buffer i - 1: the exchange of one
+// row is in flight during the gradient of the previous row and the reduction of the next, and the
+// next row's loads during all of it. A thread copies and reads only its own vectors, so a buffer
+// needs no CTA barrier before it is refilled: the thread's last reads of buffer i + 1 (row i - 2's
+// gradient, in the previous iteration) were consumed by its own earlier stores. The vectors past
+// the segment's end hold -inf in every buffer from the start (no term in the max or the sum; the
+// copies never touch them). Targets are read one row ahead of the copies (row i + 2's target in
+// iteration i), so deciding whether to copy row i + 1 waits on no load. Per row:
 //
 //   1. wait for this row's copies; each thread reduces its vectors to (max, sum exp(x - max))
 //      and, for label smoothing, the sums of w_c x_c and w_c; a shuffle butterfly per warp and
 //      one over the 16 warp partials (fixed trees; one exponential a merge, the plain sums
-//      shuffled only with label smoothing) give the CTA's partial, stored in shared memory
-//      (cta_part[e % 2] for the cluster's e-th exchange);
-//   2. cluster barrier (arrive.release + wait.acquire): every partial is visible cluster-wide;
+//      shuffled only with label smoothing) give the CTA's partial (warp_part[e % 2] and
+//      cta_part[e % 2] for the cluster's e-th exchange);
+//   2. cluster barrier, split: arrive.release after the partial is stored (step 1), wait.acquire
+//      in the next iteration, after the next row's reduction: every partial is visible
+//      cluster-wide;
 //   3. every warp reads the S partials through distributed shared memory (map_shared_rank; lane l
 //      reads rank l mod W, W the power of two >= S) and merges them with a fixed butterfly over W
 //      lanes (the lanes past S hold the identity): every CTA computes the row's
 //      log-sum-exp from the same partials in the same order, so the result depends on (C, S)
-//      only, never on scheduling or on which cluster took the row;
+//      only, never on scheduling, on the pipelining or on which cluster took the row;
 //   4. the gradient of the segment (the thread holding the target's logit also writes the row's
-//      loss).
+//      loss), after the next row's arrival.
 //
 // One barrier a row suffices because the partials alternate between two slots: a CTA writes
 // cta_part[e % 2] for exchange e after its wait at barrier e - 1, which completes only when every
 // CTA has arrived there, and every CTA arrives at barrier e - 1 (release) after its reads of
-// exchange e - 2's partials, the previous contents of that slot. warp_part is rewritten after the
-// barrier that follows warp 0's reads of it. After the last row a final cluster barrier keeps every
-// CTA alive until the others have read its partial.
+// exchange e - 2's partials, the previous contents of that slot. warp_part[e % 2] is rewritten
+// after the CTA barrier of exchange e - 1's reduction, which warp 0 reaches after its reads of
+// exchange e - 2's warp partials (one slot would race: warp 0 reads exchange e - 1's after that
+// barrier, and nothing holds the other warps back before they write exchange e's). After the last
+// row a final cluster barrier keeps every CTA alive until the others have read its partial.
 //
 // Rows whose target is ignore_index (gradient 0) or out of range (NaN) read nothing, copy nothing
-// and skip the exchange; the condition is the same in every CTA of the cluster (all read the same
-// target), so the barriers and the partial slots stay uniform. Launch bounds (512, 2): two CTAs
-// an SM (64 registers for 16-bit and f32 storage; f64 takes one CTA an SM). The mean's divisor
+// and skip the exchange (a pending row's wait and gradient still run in that iteration, so a
+// pending row is always the previous one); the condition is the same in every CTA of the cluster
+// (all read the same target), so the barriers and the partial slots stay uniform. Launch bounds
+// (512, 2): two CTAs an SM (64 registers for 16-bit and f32 storage; f64 takes one CTA an SM). The mean's divisor
 // comes from target_weight_kernel before the launch (device memory, no host round trip) and
 // per-row losses go to the fixed-order two-stage sum, as in the streaming kernel. Hopper only: the
 // body exists in the sm_90+ compilations; the sm_80 pass compiles a trap, and the host launches the
@@ -228,11 +238,21 @@ __device__ __forceinline__ void store_converted(T* p, const opmath_t<T> (&o)[kV]
   store_vec<T, kV>(p, v);
 }
 
-/// Segment buffers a CTA cycles through: the row being processed and the next row's copies.
-inline constexpr int kClusterStages = 2;
+/// Segment buffers a CTA cycles through: the previous row (its gradient, written while this row's
+/// exchange is in flight), the row being reduced, and the next row's copies.
+inline constexpr int kClusterStages = 3;
 /// Dynamic shared memory of a CTA: kClusterStages segments of kClusterVecs x kClusterThreads
-/// 16-byte vectors, 64 KB (above the default 48 KB limit: cluster_kernel_ready opts in).
+/// 16-byte vectors, 96 KB (above the default 48 KB limit: cluster_kernel_ready opts in).
 inline constexpr int kClusterSmemBytes = kClusterStages * kClusterVecs * kClusterThreads * 16;
+
+/// barrier.cluster split in its two halves: arrive (release: this thread's earlier writes, the
+/// CTA's partial among them, become visible to the cluster's acquiring waiters) and wait (acquire:
+/// returns once every non-exited thread of the cluster arrived). .aligned: the whole warp executes
+/// each, converged (the callers __syncwarp after divergent code).
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 /// Rows c, c + K, c + 2K, ... of a persistent launch of K = gridDim.x / S clusters of S CTAs
 /// (c = blockIdx.x / S: the CTAs of a cluster are consecutive along x).
@@ -249,9 +269,10 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
   constexpr int kBuf = kU * kClusterThreads;     // 16-byte vectors a segment buffer
   static_assert(kWarps <= 32 && (kWarps & (kWarps - 1)) == 0 && kClusterMaxCtas <= 32,
                 "one warp merges the warp and CTA partials in a butterfly");
-  __shared__ RowAcc<M> warp_part[kWarps];
-  __shared__ RowAcc<M> cta_part[2];    // read by the other CTAs of the cluster: slot e % 2 for exchange e
-  extern __shared__ uint4 segments[];  // kClusterStages buffers of kBuf vectors: the CTA's part of a row each
+  static_assert(kClusterStages == 3, "previous row's gradient, this row's reduction, next row's copies");
+  __shared__ RowAcc<M> warp_part[2][kWarps];  // [e % 2] for the cluster's e-th exchange
+  __shared__ RowAcc<M> cta_part[2];           // read by the other CTAs of the cluster: slot e % 2 for exchange e
+  extern __shared__ uint4 segments[];         // kClusterStages buffers of kBuf vectors: the CTA's part of a row each
 
   const cg::cluster_group cluster = cg::this_cluster();
   const int ctas = static_cast<int>(cluster.num_blocks());
@@ -292,7 +313,7 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
     }
   };
 
-  // The vectors past the segment's end hold -inf in both buffers, written once: the copies never
+  // The vectors past the segment's end hold -inf in every buffer, written once: the copies never
   // touch them, and the reduction loops need no predicate. Each thread reads only its own vectors.
 #pragma unroll
   for (int u = 0; u < kU; ++u)
@@ -321,27 +342,39 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
   cp_async_commit();
   if (row + clusters < rows) nxt = target_of(row + clusters);
 
-  int buf = 0;   // the buffer of `row`
+  int buf = 0;   // the buffer of `row`; the next row's is buf + 1, the pending row's buf + 2 (mod 3)
   int slot = 0;  // cta_part slot of the cluster's next exchange (live rows only: uniform in the cluster)
-  for (; row < rows; row += clusters, buf ^= 1) {
+  // The pending row: live, its partial published and arrived at, its exchange not yet waited for
+  // (its gradient is written in the next iteration, after that row's reduction).
+  bool pending = false;
+  int64_t prow = 0;
+  int pt = 0;
+  // One iteration past the last row drains the pending row: the gradient's code exists once.
+  for (;; row += clusters) {
     // Opaque to the compiler: otherwise loop strength reduction turns every address derived from
     // the row (4 copies, 4 gradient stores, the targets, the losses) into its own 64-bit induction
     // variable, which spills at 64 registers; a multiplication a slot and row costs nothing here.
     asm("" : "+l"(row));
-    // Row + K's copies go to the other buffer before this row is touched, one commit group a row
-    // (empty when that row is past the end, ignored or out of range). The other buffer's last
-    // reads were this thread's own, for row - K's gradient, whose stores consumed them.
-    const int64_t row1 = row + clusters;
-    if (row1 < rows && nxt >= 0) copy_row(buf ^ 1, row1);
-    cp_async_commit();
-    const int t = cur;
-    cur = nxt;
-    // Row + 2K's target now: its load completes during this row, before the next prefetch needs it.
-    if (row1 + clusters < rows) nxt = target_of(row1 + clusters);
-    T* dr = dx + off(detail::kCsDinput, row);
-    const uint4* sg = segments + buf * kBuf;
+    const bool have = row < rows;
+    const int t = have ? cur : kIgnored;
+    const bool live = have && t >= 0;
+    const int nbuf = buf == kClusterStages - 1 ? 0 : buf + 1;
+    const int pbuf = nbuf == kClusterStages - 1 ? 0 : nbuf + 1;
+    if (have) {
+      // Row + K's copies go to the next buffer before this row is touched, one commit group a row
+      // (empty when that row is past the end, ignored or out of range). That buffer's last reads
+      // were this thread's own, for row - 2K's gradient (the previous iteration), whose stores
+      // consumed them.
+      const int64_t row1 = row + clusters;
+      if (row1 < rows && nxt >= 0) copy_row(nbuf, row1);
+      cp_async_commit();
+      cur = nxt;
+      // Row + 2K's target now: its load completes during this row, before the next prefetch needs it.
+      if (row1 + clusters < rows) nxt = target_of(row1 + clusters);
+    }
 
-    if (t < 0) {  // zeros (ignored) or NaN (out of range) over the segment; the loss from rank 0
+    if (have && t < 0) {  // zeros (ignored) or NaN (out of range) over the segment; the loss from rank 0
+      T* dr = dx + off(detail::kCsDinput, row);
       const bool bad = t == kBad;
       const M c = bad ? quiet_nan<M>() : M(0);
       M o[kV];
@@ -358,101 +391,130 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
         if (p.weight_rows) static_cast<M*>(p.weight_rows)[row] = M(0);
         if (p.lse_out) static_cast<M*>(p.lse_out)[row] = M(0);
       }
-      continue;
+      __syncwarp();  // the barriers below are .aligned
     }
 
-    // 1. Reduce the segment once its copies landed (wait_group 1: all groups but the newest, row
-    // + K's, are complete).
-    cp_async_wait_group<1>();
-    RowAcc<M> acc = none;
-    acc.m = segment_max<T, kU>(sg, tid);
-    {
-      const ExpFrom<kFast, M> ex(acc.m == neg_inf<M>() ? M(0) : acc.m);  // exp(-inf - 0) = 0, exp(NaN - 0) = NaN
+    // 1. Reduce this row's segment once its copies landed (wait_group 1: all groups but the
+    // newest, row + K's, are complete): while the pending row's exchange is in flight.
+    RowAcc<M> part = none;  // the CTA's partial, in warp 0
+    if (live) {
+      cp_async_wait_group<1>();
+      const uint4* sg = segments + buf * kBuf;
+      RowAcc<M> acc = none;
+      acc.m = segment_max<T, kU>(sg, tid);
+      {
+        const ExpFrom<kFast, M> ex(acc.m == neg_inf<M>() ? M(0) : acc.m);  // exp(-inf - 0) = 0, exp(NaN - 0) = NaN
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const uint4 r = ld_segment(&sg[u * kClusterThreads + tid]);
+        for (int u = 0; u < kU; ++u) {
+          const uint4 r = ld_segment(&sg[u * kClusterThreads + tid]);
 #pragma unroll
-        for (int e = 0; e < kV; ++e) acc.s += ex(raw_elem<T>(r, e));
+          for (int e = 0; e < kV; ++e) acc.s += ex(raw_elem<T>(r, e));
+        }
+      }
+      if (smooth) {
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int j0 = first + u * kStride;
+          if (j0 >= hi) continue;
+          const uint4 r = ld_segment(&sg[u * kClusterThreads + tid]);
+#pragma unroll
+          for (int e = 0; e < kV; ++e) {
+            const M wc = w ? load_as_opmath(w[j0 + e]) : M(1);
+            acc.a += wc * raw_elem<T>(r, e);
+            acc.b += wc;
+          }
+        }
+      }
+      acc = butterfly<kFast>(acc, 32, smooth);
+      // warp_part[slot]'s previous readers (warp 0, two exchanges ago) read it before the CTA
+      // barrier of the previous exchange's reduction, which every thread of this CTA has passed.
+      if (lane == 0) warp_part[slot][warp] = acc;
+      __syncthreads();
+      if (warp == 0) {
+        part = lane < kWarps ? warp_part[slot][lane] : none;
+        part = butterfly<kFast>(part, kWarps, smooth);  // lane 0 merges lanes [0, kWarps)
       }
     }
-    if (smooth) {
+
+    // 2.-3. The pending row's exchange: every warp merges the S partials of the cluster in the
+    // same fixed tree.
+    RowAcc<M> tot = none;
+    if (pending) {
+      cluster_wait();
+      const int r = lane & (width - 1);
+      if (r < ctas) tot = *cluster.map_shared_rank(&cta_part[slot ^ 1], r);
+      tot = butterfly<kFast>(tot, width, smooth);
+    }
+
+    // This row's partial, published after the wait for the previous exchange (whose completion
+    // means every CTA read the exchange before it, this slot's previous contents), then the
+    // arrival (release) that makes it visible cluster-wide; nobody waits for it until the next
+    // iteration.
+    if (live) {
+      if (warp == 0 && lane == 0) cta_part[slot] = part;
+      __syncwarp();
+      cluster_arrive();
+    }
+
+    // 4. The pending row's gradient, while this row's exchange is in flight: dx_c = A exp(x_c -
+    // lse) - B w_c - [c == t] Ct (B: label smoothing), and the row's loss from the thread that
+    // holds x_t.
+    if (pending) {
+      T* dr = dx + off(detail::kCsDinput, prow);
+      const uint4* sg = segments + pbuf * kBuf;
+      const M wt = w ? load_as_opmath(w[pt]) : M(1);
+      M gr = gscale;
+      if (p.dy_rows) gr *= load_as_opmath(static_cast<const T*>(p.dy)[off(detail::kCsDy, prow)]);
+      const M lse = tot.m + llog(tot.s);  // all -inf: -inf (loss NaN, as torch)
+      const M A = gr * ((M(1) - eps) * wt + eps_c * (wsmooth ? tot.b : static_cast<M>(C)));
+      const M B = gr * eps_c;
+      const M Ct = gr * (M(1) - eps) * wt;
+      const ExpFrom<kFast, M> ex(lse);
+      bool holds_t = false;  // this thread holds x_t: one thread a row
+      M xt = M(0);
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int j0 = first + u * kStride;
         if (j0 >= hi) continue;
         const uint4 r = ld_segment(&sg[u * kClusterThreads + tid]);
+        M o[kV];
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
-          const M wc = w ? load_as_opmath(w[j0 + e]) : M(1);
-          acc.a += wc * raw_elem<T>(r, e);
-          acc.b += wc;
+          o[e] = A * ex(raw_elem<T>(r, e));
+          o[e] -= wsmooth ? B * load_as_opmath(w[j0 + e]) : B;
         }
+        if (static_cast<unsigned>(pt - j0) < static_cast<unsigned>(kV)) {
+          holds_t = true;
+#pragma unroll
+          for (int e = 0; e < kV; ++e)
+            if (j0 + e == pt) {
+              o[e] -= Ct;
+              xt = raw_elem<T>(r, e);
+            }
+        }
+        store_converted<T, kV>(dr + j0, o);
       }
-    }
-    acc = butterfly<kFast>(acc, 32, smooth);
-    // warp_part's previous readers (warp 0, the previous exchange) finished before that
-    // exchange's cluster barrier, which every thread of this CTA has passed.
-    if (lane == 0) warp_part[warp] = acc;
-    __syncthreads();
-    if (warp == 0) {
-      RowAcc<M> c = lane < kWarps ? warp_part[lane] : none;
-      c = butterfly<kFast>(c, kWarps, smooth);  // lane 0 merges lanes [0, kWarps): every warp
-      if (lane == 0) cta_part[slot] = c;        // free: see the header (one barrier a row)
+      // The row's outputs after the loop, not in each unrolled vector: one copy of the code and of
+      // the output pointers it keeps in registers.
+      if (holds_t) {
+        M l = (M(1) - eps) * wt * (lse - xt);
+        if (smooth) l += eps_c * ((w ? tot.b : static_cast<M>(C)) * lse - tot.a);
+        if (p.loss) static_cast<T*>(p.loss)[off(detail::kCsLoss, prow)] = convert<T>(l);
+        if (p.loss_rows) static_cast<M*>(p.loss_rows)[prow] = l;
+        if (p.weight_rows) static_cast<M*>(p.weight_rows)[prow] = wt;
+        if (p.lse_out) static_cast<M*>(p.lse_out)[prow] = lse;
+      }
+      __syncwarp();  // after the target's vector (one divergent thread): the barriers are .aligned
     }
 
-    // 2.-3. Exchange: every warp merges the S partials of the cluster in the same fixed tree.
-    cluster.sync();
-    RowAcc<M> tot = none;
-    const int r = lane & (width - 1);
-    if (r < ctas) tot = *cluster.map_shared_rank(&cta_part[slot], r);
-    tot = butterfly<kFast>(tot, width, smooth);
-    slot ^= 1;
-
-    // 4. The gradient of the segment: dx_c = A exp(x_c - lse) - B w_c - [c == t] Ct (B: label
-    // smoothing), and the row's loss from the thread that holds x_t.
-    const M wt = w ? load_as_opmath(w[t]) : M(1);
-    M gr = gscale;
-    if (p.dy_rows) gr *= load_as_opmath(static_cast<const T*>(p.dy)[off(detail::kCsDy, row)]);
-    const M lse = tot.m + llog(tot.s);  // all -inf: -inf (loss NaN, as torch)
-    const M A = gr * ((M(1) - eps) * wt + eps_c * (wsmooth ? tot.b : static_cast<M>(C)));
-    const M B = gr * eps_c;
-    const M Ct = gr * (M(1) - eps) * wt;
-    const ExpFrom<kFast, M> ex(lse);
-    bool holds_t = false;  // this thread holds x_t: one thread a row
-    M xt = M(0);
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int j0 = first + u * kStride;
-      if (j0 >= hi) continue;
-      const uint4 r = ld_segment(&sg[u * kClusterThreads + tid]);
-      M o[kV];
-#pragma unroll
-      for (int e = 0; e < kV; ++e) {
-        o[e] = A * ex(raw_elem<T>(r, e));
-        o[e] -= wsmooth ? B * load_as_opmath(w[j0 + e]) : B;
-      }
-      if (static_cast<unsigned>(t - j0) < static_cast<unsigned>(kV)) {
-        holds_t = true;
-#pragma unroll
-        for (int e = 0; e < kV; ++e)
-          if (j0 + e == t) {
-            o[e] -= Ct;
-            xt = raw_elem<T>(r, e);
-          }
-      }
-      store_converted<T, kV>(dr + j0, o);
+    pending = live;
+    if (live) {
+      prow = row;
+      pt = t;
+      slot ^= 1;
     }
-    // The row's outputs after the loop, not in each unrolled vector: one copy of the code and of
-    // the output pointers it keeps in registers.
-    if (holds_t) {
-      M l = (M(1) - eps) * wt * (lse - xt);
-      if (smooth) l += eps_c * ((w ? tot.b : static_cast<M>(C)) * lse - tot.a);
-      if (p.loss) static_cast<T*>(p.loss)[off(detail::kCsLoss, row)] = convert<T>(l);
-      if (p.loss_rows) static_cast<M*>(p.loss_rows)[row] = l;
-      if (p.weight_rows) static_cast<M*>(p.weight_rows)[row] = wt;
-      if (p.lse_out) static_cast<M*>(p.lse_out)[row] = lse;
-    }
-    __syncwarp();  // after the target's vector (one divergent thread): the barriers are .aligned
+    if (!have) break;
+    buf = nbuf;
   }
   // No CTA exits while another may still read its partial (the last exchange's reads).
   __syncwarp();
@@ -465,9 +527,9 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
 /// Whether the loaded class_cluster_kernel<T> on the current device is sm_90+ code: a build
 /// without an sm_90 target runs the kernel JIT-compiled from compute_80 PTX (binary 90, PTX 80:
 /// the trap). Once per device (host-side queries, legal during stream capture); also opts in to
-/// cluster sizes beyond the portable 8, to the 64 KB of dynamic shared memory (above the default
-/// 48 KB) and to the largest shared-memory carve-out: two CTAs an SM need 2 x (64 KB + the
-/// partials + the 1 KB a CTA reserves), about 131 KB; the kernel's bulk loads bypass L1
+/// cluster sizes beyond the portable 8, to the 96 KB of dynamic shared memory (above the default
+/// 48 KB) and to the largest shared-memory carve-out: two CTAs an SM need 2 x (96 KB + the
+/// partials + the 1 KB a CTA reserves), about 195 KB of the 228 KB; the kernel's bulk loads bypass L1
 /// (cp.async.cg), so the L1 that is left costs nothing.
 template <class T>
 bool cluster_kernel_ready() {
