@@ -41,12 +41,28 @@
 namespace baracuda::kern::short_math {
 
 // ---- MUFU wrappers ------------------------------------------------------------------------------
+/// The one place the project issues the approximate MUFU instructions by hand (ex2/lg2/rcp .ftz:
+/// without exp2f / __expf's denormal fix-ups). The short forms below, the CTC recursions and the
+/// cluster cross-entropy kernel call these.
+enum class Mufu { ex2, lg2, rcp };
+#ifdef __CUDA_ARCH__
+template <Mufu K>
+__device__ __forceinline__ float mufu(float x) {
+  float r;
+  if constexpr (K == Mufu::ex2)
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  else if constexpr (K == Mufu::lg2)
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  else
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+#endif
+
 /// 2^x, ex2.approx.ftz: <= 2 ulp; results below 2^-126 flush to 0.
 BARACUDA_HD inline float ex2_fast(float x) {
 #ifdef __CUDA_ARCH__
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
+  return mufu<Mufu::ex2>(x);
 #else
   const float r = static_cast<float>(std::exp2(static_cast<double>(x)));
   return BARACUDA_HOST_MUFU_REL(r < 1.17549435e-38f ? 0.0f : r);
@@ -55,9 +71,7 @@ BARACUDA_HD inline float ex2_fast(float x) {
 /// log2(x), lg2.approx.ftz: absolute error <= 2^-22.6 (so NOT relatively accurate near x = 1).
 BARACUDA_HD inline float lg2_fast(float x) {
 #ifdef __CUDA_ARCH__
-  float r;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
+  return mufu<Mufu::lg2>(x);
 #else
   // .ftz: a subnormal input is 0 (log2 -> -inf), as on the device.
   const float r = static_cast<float>(std::log2(x > 0.0f && x < 1.17549435e-38f ? 0.0 : static_cast<double>(x)));
@@ -67,9 +81,7 @@ BARACUDA_HD inline float lg2_fast(float x) {
 /// 1/x, rcp.approx.ftz: <= 1 ulp.
 BARACUDA_HD inline float rcp_fast(float x) {
 #ifdef __CUDA_ARCH__
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
+  return mufu<Mufu::rcp>(x);
 #else
   // .ftz: subnormal inputs read as 0 (-> inf) and results below 2^-126 flush to 0, as on the device.
   const float r =

@@ -80,6 +80,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "kernels/common/short_math.cuh"
 #include "ops/loss/class_common.cuh"
 
 namespace baracuda::kern::loss {
@@ -178,9 +179,7 @@ struct ExpFrom {
   __device__ __forceinline__ explicit ExpFrom(M c_) : c(c_), c_log2e(c_ * M(1.4426950408889634)) {}
   __device__ __forceinline__ M operator()(M x) const {
     if constexpr (kFast) {
-      float r;
-      asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaf(x, 1.4426950408889634f, -c_log2e)));
-      return r;
+      return short_math::ex2_fast(fmaf(x, 1.4426950408889634f, -c_log2e));
     } else {
       return lexp<false>(x - c);
     }

@@ -26,6 +26,7 @@
 #include <cuda/std/limits>
 
 #include "kernels/common/dtype_traits.cuh"
+#include "kernels/common/short_math.cuh"
 #include "kernels/common/smem_optin.cuh"
 #include "ops/loss/ctc_launch.hpp"
 
@@ -53,26 +54,10 @@ __device__ __forceinline__ double gexp(double x) { return exp(x); }
 __device__ __forceinline__ float glog(float x) { return logf(x); }
 __device__ __forceinline__ double glog(double x) { return log(x); }
 
-/// ex2 / lg2 without the denormal fix-ups of exp2f / __expf: a flushed term is below 2^-126 of the
-/// largest one, and the log's argument is 0 or in [1, 3].
-__device__ __forceinline__ float fast_exp2(float x) {
-#if defined(__CUDA_ARCH__)
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#else
-  return exp2f(x);
-#endif
-}
-__device__ __forceinline__ float fast_log2(float x) {
-#if defined(__CUDA_ARCH__)
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#else
-  return log2f(x);
-#endif
-}
+/// ex2 / lg2 without the denormal fix-ups of exp2f / __expf (short_math's MUFU wrappers): a
+/// flushed term is below 2^-126 of the largest one, and the log's argument is 0 or in [1, 3].
+using short_math::ex2_fast;
+using short_math::lg2_fast;
 
 /// The recursion's arithmetic. It is latency-bound (one step per __syncthreads), so:
 ///  - f32 (f32, f16, bf16 inputs) runs in base 2: log_probs are scaled by log2(e) when loaded (off the
@@ -91,7 +76,7 @@ struct Recursion<float> {
   static constexpr float kOut = 0.6931471805599453f;  // log2 -> natural log
   static __device__ __forceinline__ float step(float a1, float a2, float a3, float lp) {
     const float m = fmaxf(fmaxf(a1, a2), fmaxf(a3, -3.402823466e38f));
-    return fast_log2(fast_exp2(a1 - m) + fast_exp2(a2 - m) + fast_exp2(a3 - m)) + (m + lp);
+    return lg2_fast(ex2_fast(a1 - m) + ex2_fast(a2 - m) + ex2_fast(a3 - m)) + (m + lp);
   }
   /// log p(target) (natural log) from the two final states (base 2); ATen's final lse.
   static __device__ __forceinline__ float finish(float l1, float l2) {
