@@ -345,3 +345,98 @@ def test_short_activation_every_input(name, dtype):
     assert differ <= limit, f"{name}: {differ} of {int(fin.sum())} inputs round differently from torch"
     rtol = 1.6e-2 if dtype == torch.bfloat16 else 2e-3
     torch.testing.assert_close(got[fin].float(), want[fin].float(), rtol=rtol, atol=1e-6)
+
+
+# ---- round 3: inverse hyperbolics, logit, atan2 (asinh_short, acosh_short, logit_short, atan2_short) --
+_SHORT_R3 = {
+    "asinh": (lambda x: F.asinh(x), torch.asinh),
+    "acosh": (lambda x: F.acosh(x), torch.acosh),
+    "logit": (lambda x: F.logit(x), torch.logit),
+    "logit-eps": (lambda x: F.logit(x, eps=0.2), lambda x: torch.logit(x, eps=0.2)),
+    "logit_backward": (lambda x: F.logit_backward(torch.ones_like(x), x),
+                       lambda x: torch.ops.aten.logit_backward(torch.ones_like(x), x)),
+    "logit_backward-eps": (lambda x: F.logit_backward(torch.ones_like(x), x, eps=0.2),
+                           lambda x: torch.ops.aten.logit_backward(torch.ones_like(x), x, 0.2)),
+}
+
+
+def _assert_matches_torch(name, got, want, dtype, limit):
+    """Same NaN and inf positions as torch, at most `limit` values rounded differently (near-ties),
+    within one unit of the storage format elsewhere."""
+    assert got.dtype == want.dtype
+    assert torch.equal(torch.isnan(got), torch.isnan(want)), f"{name}: NaN positions differ"
+    assert torch.equal(torch.isinf(got), torch.isinf(want)), f"{name}: inf positions differ"
+    fin = torch.isfinite(want)
+    differ = int(((got != want) & fin).sum())
+    assert differ <= limit, f"{name}: {differ} of {int(fin.sum())} inputs round differently from torch"
+    rtol = 1.6e-2 if dtype == torch.bfloat16 else 2e-3
+    torch.testing.assert_close(got[fin].float(), want[fin].float(), rtol=rtol, atol=1e-6)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("name", list(_SHORT_R3))
+def test_short_r3_every_input(name, dtype):
+    """Every bf16 / f16 bit pattern against torch (host check against the correctly rounded value,
+    MUFU errors injected: asinh 0 bf16 / 7 f16, acosh 0 / 2, logit 0 / 1 inputs differ; torch's f32
+    formulas miss about as many). Covers both sides of each form's switch (|x| = 0.5, x = 1.25,
+    |2x - 1| = 1/3), subnormals, +-0, +-inf and NaN."""
+    ours_fn, ref_fn = _SHORT_R3[name]
+    x = _all_bf16() if dtype == torch.bfloat16 else _all_f16()
+    _assert_matches_torch(name, ours_fn(x), ref_fn(x), dtype, 16 if dtype == torch.bfloat16 else 48)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=["f32", "f64", "bf16"])
+@pytest.mark.parametrize("eps", [None, 0.1])
+def test_logit_backward_outside_domain(dtype, eps):
+    """logit_backward for x outside [0, 1] and at its ends: torch returns NaN there without eps and
+    0 outside [eps, 1 - eps] with it (the gradient of the clamp)."""
+    x = torch.tensor([-2.0, -0.5, -1e-30, -0.0, 0.0, 1e-30, 0.05, 0.5, 0.95, 1.0, 1.0 + 1e-6, 3.0, math.inf,
+                      -math.inf, math.nan], device=ew.DEVICE).to(dtype)
+    dy = torch.full_like(x, 0.75)
+    got = F.logit_backward(dy, x) if eps is None else F.logit_backward(dy, x, eps=eps)
+    want = torch.ops.aten.logit_backward(dy, x) if eps is None else torch.ops.aten.logit_backward(dy, x, eps)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-2 if dtype == torch.bfloat16 else 1e-6, atol=0)
+
+
+def _atan2_grid(dtype):
+    """Every bit pattern as a, against every 256th pattern and the specials (+-0, +-inf, NaN, the
+    smallest subnormal, the largest finite) as b: 65536 x 263 pairs."""
+    every = _all_bf16() if dtype == torch.bfloat16 else _all_f16()
+    info = torch.finfo(dtype)
+    specials = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, info.smallest_normal * 2.0 ** -3,
+                             info.max], dtype=dtype, device=every.device)
+    b = torch.cat([every[::256], specials])
+    return every[:, None].expand(-1, b.numel()).contiguous(), b[None, :].expand(every.numel(), -1).contiguous()
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_short_atan2_grid(dtype):
+    """atan2 on 17M pairs against torch: the same NaN positions and signs of zero/pi, near-ties only
+    (host check over every a x 1/61 of b: 3e-6 of bf16 and 1.3e-4 of f16 pairs differ from the
+    correctly rounded value with the MUFU errors injected; libm's f32 atan2f misses 3e-7 / 2.4e-4)."""
+    a, b = _atan2_grid(dtype)
+    got, want = F.atan2(a, b), torch.atan2(a, b)
+    assert torch.equal(torch.signbit(got[~torch.isnan(want)]), torch.signbit(want[~torch.isnan(want)]))
+    frac = 2e-5 if dtype == torch.bfloat16 else 1e-3
+    _assert_matches_torch("atan2", got, want, dtype, int(frac * a.numel()))
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_short_atan2_backward(dtype):
+    """atan2's gradients (dy b / r, -dy a / r, r = a^2 + b^2, with the MUFU reciprocal for 16-bit
+    storage) against the formula in f64, rounded once: torch's own autograd rounds every step in
+    the storage dtype, so it is not the reference here. Operands away from f32 overflow of r."""
+    g = torch.Generator(device="cuda").manual_seed(5)
+    a = (torch.randn(1 << 20, device="cuda", generator=g) * 10).to(dtype)
+    b = (torch.randn(1 << 20, device="cuda", generator=g) * 10).to(dtype)
+    dy = torch.randn(1 << 20, device="cuda", generator=g).to(dtype)
+    ga, gb = F.atan2_backward(dy, a, b)
+    a64, b64, dy64 = a.double(), b.double(), dy.double()
+    r = a64 * a64 + b64 * b64
+    want_a, want_b = (dy64 * b64 / r).to(dtype), (-dy64 * a64 / r).to(dtype)
+    for got, want, which in ((ga, want_a, "grad a"), (gb, want_b, "grad b")):
+        _assert_matches_torch(f"atan2_backward {which}", got, want, dtype, int(2e-3 * a.numel()))

@@ -41,10 +41,10 @@
 namespace baracuda::kern::short_math {
 
 // ---- MUFU wrappers ------------------------------------------------------------------------------
-/// The one place the project issues the approximate MUFU instructions by hand (ex2/lg2/rcp .ftz:
+/// The one place the project issues the approximate MUFU instructions by hand (ex2/lg2/rcp/sqrt .ftz:
 /// without exp2f / __expf's denormal fix-ups). The short forms below, the CTC recursions and the
 /// cluster cross-entropy kernel call these.
-enum class Mufu { ex2, lg2, rcp };
+enum class Mufu { ex2, lg2, rcp, sqrt };
 #ifdef __CUDA_ARCH__
 template <Mufu K>
 __device__ __forceinline__ float mufu(float x) {
@@ -53,8 +53,10 @@ __device__ __forceinline__ float mufu(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   else if constexpr (K == Mufu::lg2)
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  else
+  else if constexpr (K == Mufu::rcp)
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  else
+    asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
   return r;
 }
 #endif
@@ -87,6 +89,16 @@ BARACUDA_HD inline float rcp_fast(float x) {
   const float r =
       static_cast<float>(1.0 / (std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0, x) : static_cast<double>(x)));
   return BARACUDA_HOST_MUFU_REL(std::fabs(r) < 1.17549435e-38f ? std::copysign(0.0f, r) : r);
+#endif
+}
+/// sqrt(x), sqrt.approx.ftz (one MUFU): relative error <= 2^-23 (the host check injects 2 ulp);
+/// sqrt(-x) = NaN, sqrt(+-0) = +-0, sqrt(inf) = inf.
+BARACUDA_HD inline float sqrt_fast(float x) {
+#ifdef __CUDA_ARCH__
+  return mufu<Mufu::sqrt>(x);
+#else
+  const float r = static_cast<float>(std::sqrt(std::fabs(x) < 1.17549435e-38f ? 0.0 : static_cast<double>(x)));
+  return std::isfinite(r) ? BARACUDA_HOST_MUFU_REL(r) : r;
 #endif
 }
 BARACUDA_HD inline float ln_fast(float x) { return lg2_fast(x) * 0.693147180559945309f; }
@@ -405,6 +417,110 @@ BARACUDA_HD inline bool div_floor_fast(float a, float b, float* r) {
   if (fl == q && res != 0.0f && ((res < 0.0f) != (b < 0.0f))) fl -= 1.0f;
   *r = fl;
   return true;
+}
+
+// ---- inverse hyperbolics, logit, atan2 (16-bit storage) -----------------------------------------
+// libdevice's asinhf/acoshf/atan2f and torch's log(x / (1 - x)) spend an IEEE division or a full
+// log1pf on every element (bf16 rows at 87-89% of copy BW, issue 2). Each form below evaluates a
+// short polynomial where the log form would lose relative accuracy (the MUFU lg2 error is absolute,
+// 2^-22.6: fine against a result >= ln 2 / 2, not near a root), the MUFU log elsewhere, and keeps
+// torch's classes (NaN, +-inf, +-0, subnormals) exact.
+inline constexpr float kLn2 = 0.693147180559945309f;
+
+/// asinh(x): |x| < 0.5: x (1 + x^2 q(x^2)), q degree 4 (relative error 6e-9 in f32); else
+/// sign(x) ln(|x| + sqrt(x^2 + 1)) (the result is >= 0.48 there), with ln(2|x|) = log2|x| + 1 from
+/// |x| > 2^32, where 1/(4x^2) is below f32 resolution and x^2 would overflow. Subnormal x: x.
+BARACUDA_HD inline float asinh_short(float x) {
+  const float t = fabsf(x);
+  const float s = x * x;
+  float q = -1.343285695e-02f;
+  q = fmaf(q, s, 2.828426253e-02f);
+  q = fmaf(q, s, -4.440808203e-02f);
+  q = fmaf(q, s, 7.498845121e-02f);
+  q = fmaf(q, s, -1.666664867e-01f);
+  const float near0 = x * fmaf(s, q, 1.0f);  // -0 -> -0 (fmaf(x s, q, x) would give +0)
+  const bool huge = t > 0x1p32f;             // inf too; NaN takes the log path and stays NaN
+  const float u = huge ? t : t + sqrt_fast(fmaf(t, t, 1.0f));
+  const float far = copysignf((lg2_fast(u) + (huge ? 1.0f : 0.0f)) * kLn2, x);
+  return t < 0.5f ? near0 : far;
+}
+
+/// acosh(x): x - 1 = d < 0.25: sqrt(2d) (1 + d q(d)), q degree 3 (relative error 3e-9; d is exact
+/// and acosh ~ sqrt(2d) has no relative accuracy in the log form there); else
+/// ln(x + sqrt(x^2 - 1)) (>= ln 2; x^2 - 1 is one exact FMA for 16-bit x), log2 x + 1 from x > 2^32.
+/// x < 1 (and -inf): sqrt of a negative, NaN as torch; x = 1: +0.
+BARACUDA_HD inline float acosh_short(float x) {
+  const float d = x - 1.0f;
+  float q = 1.543518181e-03f;
+  q = fmaf(q, d, -5.512473131e-03f);
+  q = fmaf(q, d, 1.874483665e-02f);
+  q = fmaf(q, d, -8.333321398e-02f);
+  const float near1 = sqrt_fast(d + d) * fmaf(d, q, 1.0f);
+  const bool huge = x > 0x1p32f;
+  const float u = huge ? x : x + sqrt_fast(fmaf(x, x, -1.0f));
+  const float far = (lg2_fast(u) + (huge ? 1.0f : 0.0f)) * kLn2;
+  return d < 0.25f ? near1 : far;
+}
+
+/// log(z / (1 - z)) (logit after torch's optional clamp): y = 2z - 1 (exact for z in [1/4, 1]);
+/// |y| < 1/3: 2 atanh(y) = 2y (1 + y^2 q(y^2)), q degree 3 (relative error 9e-9), since the root at
+/// z = 1/2 needs relative accuracy; else ln z - ln(1 - z) with two MUFU logs (|logit| >= ln 2), no
+/// division. The MUFU lg2 reads subnormal z as 0, so bf16 subnormals are scaled by 2^24 first.
+/// z = 0 -> -inf, z = 1 -> inf, z outside [0, 1] or NaN -> NaN (log of a negative), as torch.
+BARACUDA_HD inline float logit_short(float z) {
+  const float y = fmaf(2.0f, z, -1.0f);
+  const float s = y * y;
+  float q = 1.391534255e-01f;
+  q = fmaf(q, s, 1.401915010e-01f);
+  q = fmaf(q, s, 2.000963738e-01f);
+  q = fmaf(q, s, 3.333322876e-01f);
+  const float y2 = y + y;
+  const float near_half = fmaf(y2 * s, q, y2);
+  const bool sub = z < 0x1p-126f;  // negatives too: still negative after scaling
+  const float lz = lg2_fast(sub ? z * 0x1p24f : z) - (sub ? 24.0f : 0.0f);
+  const float far = (lz - lg2_fast(1.0f - z)) * kLn2;
+  return fabsf(y) < 0.333333343f ? near_half : far;
+}
+
+/// Operands the MUFU reciprocal cannot take (a larger magnitude that is 0, subnormal, above 2^126,
+/// inf or NaN): atan2f, torch's function.
+BARACUDA_HD_COLD inline float atan2_tail(float a, float b) { return atan2f(a, b); }
+
+/// atan2(a, b): r = min(|a|,|b|) / max(|a|,|b|) in [0, 1] with the MUFU reciprocal, atan(r) =
+/// r (1 + r^2 q(r^2)), q degree 7 (relative error 5e-8), then the octant: pi/2 - t if |a| > |b|,
+/// pi - t if b < 0, the sign of a (so atan2(+-0, b) = +-0 or +-pi as torch). atan2f's IEEE division
+/// and its special-case tests are the cost this removes. A NaN a leaves r NaN; a NaN b fails the
+/// range test (comparisons with NaN are false, so NaN never ends up in mn with a finite mx).
+BARACUDA_HD inline float atan2_short(float a, float b) {
+  const float aa = fabsf(a), ab = fabsf(b);
+  const bool steep = aa > ab;
+  const float mx = steep ? aa : ab;
+  const float mn = steep ? ab : aa;
+  if (!(mx >= 0x1p-126f && mx <= 0x1p126f)) return atan2_tail(a, b);
+  const float r = mn * rcp_fast(mx);
+  const float s = r * r;
+  float q = 3.140547517e-03f;
+  q = fmaf(q, s, -1.722846697e-02f);
+  q = fmaf(q, s, 4.457788061e-02f);
+  q = fmaf(q, s, -7.664819779e-02f);
+  q = fmaf(q, s, 1.071718051e-01f);
+  q = fmaf(q, s, -1.422356187e-01f);
+  q = fmaf(q, s, 1.999523695e-01f);
+  q = fmaf(q, s, -3.333321207e-01f);
+  float t = fmaf(r * s, q, r);
+  t = steep ? 1.57079632679489661923f - t : t;
+  t = b < 0.0f ? 3.14159265358979323846f - t : t;
+  return copysignf(t, a);
+}
+
+/// 1/x for backward formulas: the MUFU reciprocal (1 ulp) over the whole range, with |x| scaled by
+/// 2^-+64 where the .ftz input or result would flush (|x| < 2^-126: 1/x can still be finite;
+/// |x| > 2^126: 1/x is subnormal). The scaling is exact; 0, inf and NaN pass as 1/x. No call, no
+/// division (a noinline IEEE tail made the vectorised backward kernels spill around the call).
+BARACUDA_HD inline float rcp_short(float x) {
+  const float ax = fabsf(x);
+  const float sc = ax > 0x1p126f ? 0x1p-64f : (ax < 0x1p-126f ? 0x1p64f : 1.0f);
+  return rcp_fast(x * sc) * sc;
 }
 
 }  // namespace baracuda::kern::short_math

@@ -105,8 +105,8 @@ struct op_tanh {
   // |y| = 1 that rounding changes 1 - y^2 by percents, so we reproduce it (measured: bit-equal).
   BW1(y) { g[0] = dy * rnd<T>(M(1) - rnd<T>(y * y)); }
 };
-struct op_asinh { FW1 { return asinh(x); } BW1(x) { g[0] = dy * rsqrt(x * x + M(1)); } };
-struct op_acosh { FW1 { return acosh(x); } BW1(x) { g[0] = dy * rsqrt(x - M(1)) * rsqrt(x + M(1)); } };
+struct op_asinh { FW1 { if constexpr (kShortMath<M, T>) return short_math::asinh_short(x); else return asinh(x); } BW1(x) { g[0] = dy * rsqrt(x * x + M(1)); } };
+struct op_acosh { FW1 { if constexpr (kShortMath<M, T>) return short_math::acosh_short(x); else return acosh(x); } BW1(x) { g[0] = dy * rsqrt(x - M(1)) * rsqrt(x + M(1)); } };
 struct op_atanh { FW1 { return atanh(x); } BW1(x) { g[0] = dy / (M(1) - x * x); } };
 struct op_floor { FW1 { if constexpr (is_float_v<M>) return floor(x); else return x; } ZERO_BW1 };
 struct op_ceil { FW1 { if constexpr (is_float_v<M>) return ceil(x); else return x; } ZERO_BW1 };
@@ -176,12 +176,16 @@ struct op_logit {
     const M eps = prm<M>(p, 0);
     M z = x;
     if (p.d[0] >= 0) z = z < eps ? eps : (z > M(1) - eps ? M(1) - eps : z);
-    return log(z / (M(1) - z));
+    if constexpr (kShortMath<M, T>) return short_math::logit_short(z);
+    else return log(z / (M(1) - z));
   }
   BW1(x) {
     const M eps = prm<M>(p, 0);
     if (p.d[0] >= 0 && (x < eps || x > M(1) - eps)) { g[0] = M(0); return; }
-    g[0] = dy / (x * (M(1) - x));
+    // Without eps torch's gradient is NaN outside [0, 1], where logit itself is NaN.
+    if (p.d[0] < 0 && (x < M(0) || x > M(1))) { g[0] = nan_<M>(); return; }
+    if constexpr (kShortMath<M, T>) g[0] = dy * short_math::rcp_short(x * (M(1) - x));
+    else g[0] = dy / (x * (M(1) - x));
   }
 };
 struct op_nan_to_num {
@@ -521,8 +525,12 @@ struct op_pow {
   }
 };
 struct op_atan2 {
-  FW2 { return atan2(a, b); }
-  BW2 { const M r = a * a + b * b; g[0] = dy * b / r; g[1] = -dy * a / r; }
+  FW2 { if constexpr (kShortMath<M, T>) return short_math::atan2_short(a, b); else return atan2(a, b); }
+  BW2 {
+    const M r = a * a + b * b;
+    if constexpr (kShortMath<M, T>) { const M dr = dy * short_math::rcp_short(r); g[0] = dr * b; g[1] = -dr * a; }
+    else { g[0] = dy * b / r; g[1] = -dy * a / r; }
+  }
 };
 struct op_hypot {
   FW2 { return hypot(a, b); }

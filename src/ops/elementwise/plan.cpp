@@ -360,7 +360,8 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
     const bool half = desc.dtype == DType::f16 || desc.dtype == DType::bf16;
     const E o = desc.op;
     if (half && (o == E::erfc || o == E::lgamma || o == E::digamma || o == E::polygamma || o == E::pow ||
-                 o == E::sinc || o == E::softplus || o == E::mish || o == E::elu || o == E::selu || o == E::celu))
+                 o == E::sinc || o == E::softplus || o == E::mish || o == E::elu || o == E::selu || o == E::celu ||
+                 o == E::asinh || o == E::acosh || o == E::logit || o == E::atan2))
       p.sku_.precision.note = "short form for 16-bit storage (MUFU exp2/log2/rcp, ~1e-6 rel. in f32 before rounding)";
     else if (desc.dtype == DType::f32 && (o == E::lgamma || o == E::digamma || o == E::polygamma))
       p.sku_.precision.note = "own f32 lgamma/digamma/trigamma series (a few f32 ulp; polygamma n >= 2: zeta)";
