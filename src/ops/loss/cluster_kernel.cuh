@@ -38,21 +38,25 @@
 // copies never touch them). Targets are read one row ahead of the copies (row i + 2's target in
 // iteration i), so deciding whether to copy row i + 1 waits on no load. Per row:
 //
-//   1. wait for this row's copies; each thread reduces its vectors to (max, sum exp(x - max))
-//      and, for label smoothing, the sums of w_c x_c and w_c; a shuffle butterfly per warp and
+//   1. wait for this row's copies; each thread loads its vectors once (one pass over shared
+//      memory, the max and the exponentials from the same registers) and reduces them to (max,
+//      sum exp(x - max)) and, for label smoothing, the sums of w_c x_c and w_c; a shuffle butterfly per warp and
 //      one over the 16 warp partials (fixed trees; one exponential a merge, the plain sums
 //      shuffled only with label smoothing) give the CTA's partial (warp_part[e % 2] and
 //      cta_part[e % 2] for the cluster's e-th exchange);
 //   2. cluster barrier, split: arrive.release after the partial is stored (step 1), wait.acquire
 //      in the next iteration, after the next row's reduction: every partial is visible
 //      cluster-wide;
-//   3. every warp reads the S partials through distributed shared memory (map_shared_rank; lane l
-//      reads rank l mod W, W the power of two >= S) and merges them with a fixed butterfly over W
-//      lanes (the lanes past S hold the identity): every CTA computes the row's
+//   3. warp 0 reads the S partials through distributed shared memory (map_shared_rank; lane l
+//      reads rank l mod W, W the power of two >= S), merges them with a fixed butterfly over W
+//      lanes (the lanes past S hold the identity) and hands the total to the other warps through
+//      shared memory (row_tot[e % 2]) and a CTA barrier after the arrival: every CTA computes the row's
 //      log-sum-exp from the same partials in the same order, so the result depends on (C, S)
 //      only, never on scheduling, on the pipelining or on which cluster took the row;
 //   4. the gradient of the segment (the thread holding the target's logit also writes the row's
-//      loss), after the next row's arrival.
+//      loss), after the next row's arrival; the loop exists with and without per-class weights
+//      in the smoothing term, so the common case issues ~4.5 instructions an element (widen, FFMA,
+//      ex2, FFMA, half a paired F2FP conversion) and no predicated-off weight loads.
 //
 // One barrier a row suffices because the partials alternate between two slots: a CTA writes
 // cta_part[e % 2] for exchange e after its wait at barrier e - 1, which completes only when every
@@ -197,11 +201,25 @@ __device__ __forceinline__ uint4 ld_segment(const uint4* s) {
   return r;
 }
 
-/// Max of the thread's kU segment vectors in buffer `sg`. 16-bit storage: packed max on pairs
-/// (HMNMX2: exact, a NaN dropped as fmaxf drops it), then the two halves widened: half the
-/// instructions of widening every element first, in a pass that issues nothing but max.
-template <class T, int kU>
-__device__ __forceinline__ opmath_t<T> segment_max(const uint4* sg, int tid) {
+/// (max, sum exp(x - max)) of the thread's kU segment vectors in buffer `sg`, in ONE pass over
+/// shared memory: the kU vectors (16 words; ptxas keeps them without spilling because nothing else
+/// is live during the reduction, unlike across the exchange) are loaded once and both loops run on
+/// the registers. Bit-identical to a max pass and an exp pass that each re-read the buffer (the
+/// same operations in the same order), without the second pass's loads and their latency. An
+/// online rescale per vector (sum *= exp(old_max - new_max) when a vector raises the max) was not
+/// taken: with kU = 4 vectors a thread a vector raises the max with probability 1/(u + 1) (no
+/// "rare after the first vectors"), and each vector's scalar max costs ~6 instructions against the
+/// packed pass's 4 HMNMX2 for 8 elements; it would also change the sum's rounding. 16-bit storage:
+/// packed max on pairs (HMNMX2: exact, a NaN dropped as fmaxf drops it), then the two halves
+/// widened: half the instructions of widening every element first.
+template <class T, int kU, bool kFast>
+__device__ __forceinline__ void segment_max_sum(const uint4* sg, int tid, opmath_t<T>& m_out, opmath_t<T>& s_out) {
+  using M = opmath_t<T>;
+  constexpr int kV = int(16 / sizeof(T));
+  uint4 r[kU];
+#pragma unroll
+  for (int u = 0; u < kU; ++u) r[u] = ld_segment(&sg[u * kClusterThreads + tid]);
+  M m;
   if constexpr (sizeof(T) == 2) {
     using P = cuda::std::conditional_t<cuda::std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
     const auto pair = [](uint32_t bits) {
@@ -209,23 +227,26 @@ __device__ __forceinline__ opmath_t<T> segment_max(const uint4* sg, int tid) {
       memcpy(&v, &bits, sizeof(v));
       return v;
     };
-    P m = pair(neg_inf_raw<T>().x);
+    P pm = pair(neg_inf_raw<T>().x);
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const uint4 r = ld_segment(&sg[u * kClusterThreads + tid]);
-      m = __hmax2(__hmax2(m, pair(r.x)), __hmax2(pair(r.y), __hmax2(pair(r.z), pair(r.w))));
-    }
-    return lmax(load_as_opmath(m.x), load_as_opmath(m.y));
+    for (int u = 0; u < kU; ++u)
+      pm = __hmax2(__hmax2(pm, pair(r[u].x)), __hmax2(pair(r[u].y), __hmax2(pair(r[u].z), pair(r[u].w))));
+    m = lmax(load_as_opmath(pm.x), load_as_opmath(pm.y));
   } else {
-    opmath_t<T> m = neg_inf<opmath_t<T>>();
+    m = neg_inf<M>();
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const uint4 r = ld_segment(&sg[u * kClusterThreads + tid]);
+    for (int u = 0; u < kU; ++u)
 #pragma unroll
-      for (int e = 0; e < 16 / int(sizeof(T)); ++e) m = lmax(m, raw_elem<T>(r, e));
-    }
-    return m;
+      for (int e = 0; e < kV; ++e) m = lmax(m, raw_elem<T>(r[u], e));
   }
+  const ExpFrom<kFast, M> ex(m == neg_inf<M>() ? M(0) : m);  // exp(-inf - 0) = 0, exp(NaN - 0) = NaN
+  M s = M(0);
+#pragma unroll
+  for (int u = 0; u < kU; ++u)
+#pragma unroll
+    for (int e = 0; e < kV; ++e) s += ex(raw_elem<T>(r[u], e));
+  m_out = m;
+  s_out = s;
 }
 
 /// Stores kV values converted to T as one 16-byte vector at p.
@@ -271,6 +292,7 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
   static_assert(kClusterStages == 3, "previous row's gradient, this row's reduction, next row's copies");
   __shared__ RowAcc<M> warp_part[2][kWarps];  // [e % 2] for the cluster's e-th exchange
   __shared__ RowAcc<M> cta_part[2];           // read by the other CTAs of the cluster: slot e % 2 for exchange e
+  __shared__ RowAcc<M> row_tot[2];            // exchange e's merged total from warp 0 to the CTA: slot e % 2
   extern __shared__ uint4 segments[];         // kClusterStages buffers of kBuf vectors: the CTA's part of a row each
 
   const cg::cluster_group cluster = cg::this_cluster();
@@ -400,16 +422,7 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
       cp_async_wait_group<1>();
       const uint4* sg = segments + buf * kBuf;
       RowAcc<M> acc = none;
-      acc.m = segment_max<T, kU>(sg, tid);
-      {
-        const ExpFrom<kFast, M> ex(acc.m == neg_inf<M>() ? M(0) : acc.m);  // exp(-inf - 0) = 0, exp(NaN - 0) = NaN
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          const uint4 r = ld_segment(&sg[u * kClusterThreads + tid]);
-#pragma unroll
-          for (int e = 0; e < kV; ++e) acc.s += ex(raw_elem<T>(r, e));
-        }
-      }
+      segment_max_sum<T, kU, kFast>(sg, tid, acc.m, acc.s);
       if (smooth) {
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
@@ -435,24 +448,41 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
       }
     }
 
-    // 2.-3. The pending row's exchange: every warp merges the S partials of the cluster in the
-    // same fixed tree.
-    RowAcc<M> tot = none;
+    // 2.-3. The pending row's exchange: every thread waits (the barrier's protocol), warp 0 alone
+    // reads the S partials through distributed shared memory, merges them in the fixed tree and
+    // leaves the total in row_tot for the CTA (when every warp did its own reads and merge, the
+    // exchange cost 16x the DSMEM loads and shuffles a row, and their latency in every warp).
     if (pending) {
       cluster_wait();
-      const int r = lane & (width - 1);
-      if (r < ctas) tot = *cluster.map_shared_rank(&cta_part[slot ^ 1], r);
-      tot = butterfly<kFast>(tot, width, smooth);
+      if (warp == 0) {
+        RowAcc<M> t = none;
+        const int r = lane & (width - 1);
+        if (r < ctas) t = *cluster.map_shared_rank(&cta_part[slot ^ 1], r);
+        t = butterfly<kFast>(t, width, smooth);
+        if (lane == 0) row_tot[slot ^ 1] = t;
+        __syncwarp();
+      }
     }
 
     // This row's partial, published after the wait for the previous exchange (whose completion
     // means every CTA read the exchange before it, this slot's previous contents), then the
     // arrival (release) that makes it visible cluster-wide; nobody waits for it until the next
-    // iteration.
+    // iteration. Warp 0 arrives after its DSMEM reads of the previous exchange (above): a CTA
+    // overwrites that slot only after this barrier completes.
     if (live) {
       if (warp == 0 && lane == 0) cta_part[slot] = part;
       __syncwarp();
       cluster_arrive();
+    }
+
+    // The merged total to every warp: a CTA barrier after warp 0's store (the other warps wait
+    // here for warp 0's DSMEM reads instead of issuing their own). row_tot alternates between two
+    // slots like cta_part: slot e % 2 is rewritten for exchange e + 2, after the CTA barrier of
+    // exchange e + 1, which every warp passes after reading exchange e's total below.
+    RowAcc<M> tot = none;
+    if (pending) {
+      __syncthreads();
+      tot = row_tot[slot ^ 1];
     }
 
     // 4. The pending row's gradient, while this row's exchange is in flight: dx_c = A exp(x_c -
@@ -471,28 +501,42 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
       const ExpFrom<kFast, M> ex(lse);
       bool holds_t = false;  // this thread holds x_t: one thread a row
       M xt = M(0);
+      // The loop exists twice, with and without per-class weights in the smoothing term: a
+      // per-element `wsmooth ? B * w_c : B` kept a predicated weight load, its widening, a move
+      // and a multiplication in every element's issue slots (predicated-off instructions still
+      // issue), ~4 of ~9 instructions an element. Same arithmetic in both: fma(A, e, -(B w_c)).
+      const auto gradient = [&](auto weighted) {
+        constexpr bool kWeighted = decltype(weighted)::value;
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int j0 = first + u * kStride;
-        if (j0 >= hi) continue;
-        const uint4 r = ld_segment(&sg[u * kClusterThreads + tid]);
-        M o[kV];
+        for (int u = 0; u < kU; ++u) {
+          const int j0 = first + u * kStride;
+          if (j0 >= hi) continue;
+          const uint4 r = ld_segment(&sg[u * kClusterThreads + tid]);
+          M o[kV];
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          o[e] = A * ex(raw_elem<T>(r, e));
-          o[e] -= wsmooth ? B * load_as_opmath(w[j0 + e]) : B;
+          for (int e = 0; e < kV; ++e) {
+            o[e] = A * ex(raw_elem<T>(r, e));
+            if constexpr (kWeighted)
+              o[e] -= B * load_as_opmath(w[j0 + e]);
+            else
+              o[e] -= B;
+          }
+          if (static_cast<unsigned>(pt - j0) < static_cast<unsigned>(kV)) {
+            holds_t = true;
+#pragma unroll
+            for (int e = 0; e < kV; ++e)
+              if (j0 + e == pt) {
+                o[e] -= Ct;
+                xt = raw_elem<T>(r, e);
+              }
+          }
+          store_converted<T, kV>(dr + j0, o);
         }
-        if (static_cast<unsigned>(pt - j0) < static_cast<unsigned>(kV)) {
-          holds_t = true;
-#pragma unroll
-          for (int e = 0; e < kV; ++e)
-            if (j0 + e == pt) {
-              o[e] -= Ct;
-              xt = raw_elem<T>(r, e);
-            }
-        }
-        store_converted<T, kV>(dr + j0, o);
-      }
+      };
+      if (wsmooth)
+        gradient(cuda::std::true_type{});
+      else
+        gradient(cuda::std::false_type{});
       // The row's outputs after the loop, not in each unrolled vector: one copy of the code and of
       // the output pointers it keeps in registers.
       if (holds_t) {
