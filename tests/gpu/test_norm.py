@@ -382,6 +382,84 @@ def test_norm_param_grads_deterministic(op, n):
             assert torch.equal(g[1], grads[0][1]), "dbias differs between runs"
 
 
+# ---- cluster rows (rows past one CTA's registers, sm_90+) ------------------------------------------
+# 16-bit/f32 forward rows hold 512 x 32 elements a CTA and backward rows 512 x 16, so these lengths
+# take clusters of 2 / 4 / 8 / 16 CTAs holding the row (fw 16385 -> 2, 40000 -> 4, 128256 -> 8;
+# bw 16385 -> 4, 40000 -> 8, 128256 -> 16) and 300000 streams through 16 CTAs. 19 rows: more
+# than the backward's 16-32 parameter-gradient slots, so a cluster sums several rows.
+CLUSTER_LENGTHS = [16385, 40000, 128256, 300000]
+
+
+def _is_hopper():
+    return torch.cuda.get_device_capability()[0] >= 9
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32], ids=["bfloat16", "float32"])
+@pytest.mark.parametrize("n", CLUSTER_LENGTHS)
+def test_cluster_rows(op, dt, n):
+    rows = 19
+    x = randn((rows, n), dt, "cl", op, dt, n, scale=1.5, shift=0.3)
+    dy = randn(x.shape, dt, "cl-dy", op, dt, n)
+    xr = x.clone().requires_grad_()
+    if op in ("softmax", "log_softmax"):
+        y = getattr(F, op)(xr, dim=-1)
+        close(y, softmax_ref(op, x, -1), *softmax_tol(op, dt, n), f"{op} {dt} n={n}")
+        y.backward(dy)
+        up = UP[dt]  # the reference backward reads our forward's output, as test_softmax_backward
+        bw = torch._softmax_backward_data if op == "softmax" else torch._log_softmax_backward_data
+        ref = bw(dy.to(up), y.detach().to(up), 1, up).to(dt)
+        close(xr.grad, ref, *tol(op, dt, bw=True), f"{op}_backward {dt} n={n}")
+        tensors = {"x": dl(x), "out": dl(y.detach())}
+    else:
+        w, b = make_params(op, "weight_bias", dt, n, "cl", op, dt, n)
+        wr = w.clone().requires_grad_()
+        br = b.clone().requires_grad_() if b is not None else None
+        y = call_norm(op, xr, (n,), wr, br, 1e-5)
+        yref, _, (xu, wu, bu) = norm_ref(op, x, (n,), w, b, 1e-5)
+        rtol, atol = tol(op, dt)
+        close(y, yref.detach().to(dt), rtol, atol, f"{op} {dt} n={n}")
+        y.backward(dy)
+        yref.backward(dy.to(yref.dtype))
+        rtol, atol = tol(op, dt, bw=True)
+        close(xr.grad, xu.grad.to(dt), rtol, atol, f"{op}_backward dx {dt} n={n}")
+        close(wr.grad, wu.grad.to(dt), rtol, atol * rows, f"{op}_backward dweight {dt} n={n}")
+        if br is not None:
+            close(br.grad, bu.grad.to(dt), rtol, atol * rows, f"{op}_backward dbias {dt} n={n}")
+        # Bit-identical parameter gradients on a second run (the fixed slot partition).
+        wr2 = w.clone().requires_grad_()
+        br2 = b.clone().requires_grad_() if b is not None else None
+        call_norm(op, x.clone().requires_grad_(), (n,), wr2, br2, 1e-5).backward(dy)
+        assert torch.equal(wr2.grad, wr.grad), f"{op} n={n}: dweight differs between runs"
+        if br is not None:
+            assert torch.equal(br2.grad, br.grad), f"{op} n={n}: dbias differs between runs"
+        tensors = {"x": dl(x), "weight": dl(w), "out": dl(y.detach())}
+        if b is not None:
+            tensors["bias"] = dl(b)
+    layout = _C.norm_sku(op, False, tensors, -1, 1, 1e-5, True, {}).split("layout=")[-1]
+    if _is_hopper():
+        assert layout.startswith("cluster-"), f"{op} n={n}: expected the cluster-rows variant, got {layout}"
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32], ids=["bfloat16", "float32"])
+def test_streamed_rows_many(op, dt):
+    """More than 256 rows past one CTA's registers: softmax / log_softmax stream each row through
+    one CTA (faster there than cluster rows, plan.cpp), forward and backward."""
+    n = 20000
+    x = randn((300, n), dt, "many", op, dt, scale=2.0)
+    dy = randn(x.shape, dt, "many-dy", op, dt)
+    xr = x.clone().requires_grad_()
+    y = getattr(F, op)(xr, dim=-1)
+    close(y, softmax_ref(op, x, -1), *softmax_tol(op, dt, n), f"{op} {dt} many rows")
+    y.backward(dy)
+    up = UP[dt]
+    bw = torch._softmax_backward_data if op == "softmax" else torch._log_softmax_backward_data
+    close(xr.grad, bw(dy.to(up), y.detach().to(up), 1, up).to(dt), *tol(op, dt, bw=True), f"{op}_backward many rows")
+    layout = _C.norm_sku(op, False, {"x": dl(x), "out": dl(y.detach())}, -1, 1, 1e-5, True, {}).split("layout=")[-1]
+    assert layout == "cta-streaming-vec16", layout
+
+
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 def test_norm_empty_batch(op):
     x = torch.empty((0, 64), device=DEV, requires_grad=True)

@@ -238,6 +238,7 @@ class NormPlan {
     int items = 8;       ///< elements per thread per chunk
     bool cached = true;  ///< the row stays in registers between passes
     int slots = 0;       ///< backward parameter gradients: partial-sum rows (0 = none)
+    int cluster = 1;     ///< CTAs a row: > 1 = a thread-block cluster holds (or streams) the row
     /// Channel ops (group/instance norm with batch statistics): dynamic shared memory of the
     /// kernel that stages a whole (sample, group) row on chip when its planes are unit-stride
     /// (one read of the input); 0 when the row does not fit (three-kernel path).

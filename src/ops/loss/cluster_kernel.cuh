@@ -84,6 +84,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "kernels/common/cluster.cuh"
 #include "kernels/common/short_math.cuh"
 #include "ops/loss/class_common.cuh"
 
@@ -264,15 +265,6 @@ inline constexpr int kClusterStages = 3;
 /// Dynamic shared memory of a CTA: kClusterStages segments of kClusterVecs x kClusterThreads
 /// 16-byte vectors, 96 KB (above the default 48 KB limit: cluster_kernel_ready opts in).
 inline constexpr int kClusterSmemBytes = kClusterStages * kClusterVecs * kClusterThreads * 16;
-
-/// barrier.cluster split in its two halves: arrive (release: this thread's earlier writes, the
-/// CTA's partial among them, become visible to the cluster's acquiring waiters) and wait (acquire:
-/// returns once every non-exited thread of the cluster arrived). .aligned: the whole warp executes
-/// each, converged (the callers __syncwarp after divergent code).
-__device__ __forceinline__ void cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 /// Rows c, c + K, c + 2K, ... of a persistent launch of K = gridDim.x / S clusters of S CTAs
 /// (c = blockIdx.x / S: the CTAs of a cluster are consecutive along x).

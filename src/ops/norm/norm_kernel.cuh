@@ -23,12 +23,14 @@
 // column of each element: the argmax and the one-hot); kNoise (the load adds Gumbel noise and
 // divides by tau); kOut2 (a second output, out1, from out2()).
 #pragma once
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 
 #include <cuda/std/limits>
 
+#include "kernels/common/cluster.cuh"
 #include "kernels/common/dtype_traits.cuh"
 #include "ops/norm/norm_launch.hpp"
 #include "ops/norm/norm_philox.hpp"
@@ -916,6 +918,36 @@ __device__ __forceinline__ Acc<M> group_reduce(int pass, Acc<M> v, int tpr, Acc<
   return r;
 }
 
+/// Cluster rows (NormLaunch::cluster > 1): merges the CTA results `v` of the row's `ctas` CTAs in
+/// rank order, so every CTA ends with the same bits. Each CTA publishes v in xc[parity] and reads
+/// all of them through distributed shared memory after one cluster barrier (ctas <= 32). Two buffers: the
+/// buffer of exchange e is written again at e + 2, after every CTA arrived at exchange e + 1's
+/// barrier, which it does only after its reads of exchange e (arrive has release semantics).
+template <class Op, class M>
+__device__ __forceinline__ Acc<M> cluster_merge(int pass, Acc<M> v, int ctas, Acc<M> (&xc)[2], int& parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  static_assert(sizeof(Acc<M>) == 2 * sizeof(M), "Acc is the pair (a, b)");
+  Acc<M>* buf = &xc[parity];
+  parity ^= 1;
+  if (threadIdx.x == 0) *buf = v;
+  cluster_arrive();
+  cluster_wait();
+  // Lane k of every warp reads CTA k's result (one remote round trip, all in parallel), then the
+  // warp merges them in rank order through shuffles: the same bits in every thread. (Reading them
+  // one after another cost a remote-load latency per CTA at each of a row's reductions.)
+  const int k = int(threadIdx.x & 31);
+  Acc<M> u{M(0), M(0)};
+  if (k < ctas) dsmem_load_pair(&buf->a, unsigned(k), u.a, u.b);
+  Acc<M> r{__shfl_sync(0xffffffffu, u.a, 0), __shfl_sync(0xffffffffu, u.b, 0)};
+#pragma unroll 1
+  for (int q = 1; q < ctas; ++q)
+    r = merge_of<Op>(pass, r, Acc<M>{__shfl_sync(0xffffffffu, u.a, q), __shfl_sync(0xffffffffu, u.b, q)});
+  return r;
+#else
+  return v;  // the host launches clusters only for sm_90+ code (cluster_ready)
+#endif
+}
+
 // ---- the kernel ------------------------------------------------------------------------------------
 /// One pass of Op over this thread's loaded values. Packed rows widen to M here, at the use (one
 /// shift / conversion an element), so no f32 copy of the row is live as a whole.
@@ -1000,9 +1032,12 @@ __device__ __forceinline__ void gumbel_noise(uint64_t seed, uint64_t offset, int
 /// memory (param_sums) and its 16-bit rows packed, so it too fits 64 registers (4 CTAs of 256
 /// for a 4096 row instead of 2 at 128 registers, when the sums were registers: 51-59% of copy
 /// bandwidth on H100). Checked with -Xptxas -v for every instantiation.
-template <class T, class Op, int kItems, int kV>
+template <class T, class Op, int kItems, int kV, bool kCluster = false>
 constexpr int norm_min_ctas() {
   if (sizeof(T) != 2 || kV == 1 || kItems <= kV) return 0;
+  // Cluster rows are 512-thread CTAs: two an SM (64 registers) keep a second row's loads in
+  // flight while one CTA waits at its cluster barrier.
+  if (kCluster && !kAddsNoise<Op>) return 2;
   if (Op::kDir != Direction::Forward) return Op::kParamGrad ? 2 : 0;  // see kPacked / param_sums
   if ((Op::kOp == NormOp::layer_norm || Op::kOp == NormOp::sparsemax) && cuda::std::is_same_v<T, __half>)
     return 0;  // f16 sparsemax at 64: ~190 bytes of spills (bf16: none)
@@ -1024,7 +1059,7 @@ size_t smem_rows_bytes(const NormLaunch& p) {
   if constexpr (!kSmemRows<Op>) {
     return 0;
   } else {
-    const bool sums = p.slots > 0 && p.n <= int64_t(p.tpr) * kItems;
+    const bool sums = p.slots > 0 && p.n <= int64_t(p.cluster) * p.tpr * kItems;
     const int arrays = 1 + (sums ? (Op::kOp == NormOp::layer_norm ? 2 : 1) : 0);
     return size_t(arrays) * kItems * p.block * sizeof(M);
   }
@@ -1069,19 +1104,32 @@ struct RegRow {
 };
 extern __shared__ __align__(16) unsigned char norm_dyn_smem[];
 
-template <class T, class Op, int kItems, int kV>
-__global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_kernel(const NormLaunch p) {
+/// kCluster: the cluster-rows variant (launched as clusters; a separate instantiation because the
+/// exchange's code raised the registers of the plain kernel by up to 17, costing occupancy).
+template <class T, class Op, int kItems, int kV, bool kCluster = false>
+__global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster>()) row_kernel(const NormLaunch p) {
   using M = opmath_t<T>;
   constexpr int kC = kItems / kV;
   constexpr int kIn = Op::kIn;
   __shared__ Acc<M> red[detail::kNormMaxTpr / 32];
+  __shared__ Acc<M> xc[2];  // cluster rows: this CTA's published row result (cluster_merge)
 
+  // Cluster rows: the `ctas` CTAs of a cluster (consecutive along x) share each row as one group
+  // of ctas x tpr threads; lane and rtpr below are that group's (CTA rank r's threads are lanes
+  // r * tpr ...). Otherwise ctas = 1 and a group is tpr threads of one CTA.
+  // The geometry comes from the cluster special registers (cheap to re-read, so not held in
+  // registers across the row loop; NormLaunch::cluster only tells the launcher).
+  const int ctas = kCluster ? int(cluster_ctas()) : 1;
   const int tpr = p.tpr;
-  const int lane = threadIdx.x & (tpr - 1);
+  const int rtpr = tpr * ctas;  // threads a row
+  const int lane = (kCluster ? int(cluster_rank()) * tpr : 0) + int(threadIdx.x & (tpr - 1));
+  const int64_t cid = kCluster ? int64_t(cluster_index_x()) : int64_t(blockIdx.x);
+  const int64_t nclusters = kCluster ? int64_t(cluster_count_x()) : int64_t(gridDim.x);
+  int parity = 0;
   const int groups = blockDim.x / tpr;
   const int g = threadIdx.x / tpr;
   const int64_t n = p.n;
-  const int64_t chunk = int64_t(tpr) * kItems;
+  const int64_t chunk = int64_t(rtpr) * kItems;
   const bool cached = n <= chunk;
   const M eps = static_cast<M>(p.eps);
   const T* in0 = static_cast<const T*>(p.in[0]);
@@ -1094,7 +1142,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
   const bool pgrad = Op::kParamGrad && p.slots > 0 && cached;   // streamed rows: param_cols_kernel
   constexpr bool kWInReduce = Op::kDir == Direction::Backward;  // g = dy * w feeds the row sums
   const bool masked = Op::kMaskable && p.mask != nullptr;
-  const int64_t slot = int64_t(blockIdx.x) * groups + g;
+  const int64_t slot = cid * groups + g;
   M* part_w = static_cast<M*>(p.partial);
   // layer_norm reserves a second workspace half for dbias; rms_norm has none.
   M* part_b = (Op::kOp == NormOp::layer_norm && part_w) ? part_w + int64_t(p.slots) * n : nullptr;
@@ -1136,7 +1184,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
   }
   bool w_kept = false;  // register-resident rows: the weight in shared memory is this thread's already
 
-  for (int64_t r0 = int64_t(blockIdx.x) * groups; r0 < p.rows; r0 += int64_t(gridDim.x) * groups) {
+  for (int64_t r0 = cid * groups; r0 < p.rows; r0 += nclusters * groups) {
     const int64_t row = r0 + g;
     const bool active = row < p.rows;
     int64_t base[kNumSlots];
@@ -1158,7 +1206,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
     auto load = [&](int64_t cb, bool first_load) {
 #pragma unroll
       for (int c = 0; c < kC; ++c) {
-        const int64_t j0 = cb + (int64_t(lane) + int64_t(c) * tpr) * kV;
+        const int64_t j0 = cb + (int64_t(lane) + int64_t(c) * rtpr) * kV;
         ok[c] = active && j0 < n;
         if (ok[c]) {
           if constexpr (kPacked) {  // raw vectors; masks never apply (kPacked excludes them)
@@ -1244,7 +1292,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
 #pragma unroll
       for (int c = 0; c < kC; ++c) {
         if (!ok[c]) continue;
-        const int64_t j0 = cb + (int64_t(lane) + int64_t(c) * tpr) * kV;
+        const int64_t j0 = cb + (int64_t(lane) + int64_t(c) * rtpr) * kV;
         M o[kV];
         [[maybe_unused]] M o2[kHasOut2<Op> ? kV : 1];  // the second output (kOut2)
         // Forward: the parameters are read here, not held through the reduction passes, which
@@ -1302,15 +1350,16 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
     for (int pass = 0; pass < Op::kPasses; pass = next_pass_of<Op>(pass, st, tpr)) {
       Acc<M> acc = identity_of<Op, M>(pass);
       if (cached) {
-        acc = reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st, RowCols{0, lane, tpr});
+        acc = reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st, RowCols{0, lane, rtpr});
       } else {
         for (int64_t cb = 0; cb < n; cb += chunk) {
           load(cb, pass == 0);
           acc = merge_of<Op>(pass, acc,
-                             reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st, RowCols{cb, lane, tpr}));
+                             reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st, RowCols{cb, lane, rtpr}));
         }
       }
       acc = group_reduce<Op>(pass, acc, tpr, red);
+      if constexpr (kCluster) acc = cluster_merge<Op>(pass, acc, ctas, xc, parity);
       Op::finish(pass, acc, st, static_cast<M>(n), eps);
     }
     if (active && lane == 0) {
@@ -1330,7 +1379,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
   if (pgrad) {  // this slot's partial sums (zeros for a slot without rows)
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
-      const int64_t j0 = (int64_t(lane) + int64_t(c) * tpr) * kV;
+      const int64_t j0 = (int64_t(lane) + int64_t(c) * rtpr) * kV;
       if (j0 >= n) continue;
 #pragma unroll
       for (int e = 0; e < kV; ++e) {
@@ -1339,6 +1388,12 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV>()) row_k
       }
     }
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (kCluster) {  // no CTA exits (freeing its shared memory) while another may read its xc
+    cluster_arrive();
+    cluster_wait();
+  }
+#endif
 }
 
 /// Second stage of the parameter gradients: dst[j] = sum over slots of partial[slot][j], in slot
@@ -1413,6 +1468,10 @@ __global__ void __launch_bounds__(256) param_cols_kernel(const NormLaunch p, int
 }
 
 // ---- launch ----------------------------------------------------------------------------------------
+/// A kernel as a type, so a generic lambda can take it as a template argument (launch_cluster).
+template <auto kKernel>
+struct KernelTag {};
+
 template <class T, class Op>
 cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
   using M = opmath_t<T>;
@@ -1421,44 +1480,63 @@ cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
   constexpr int kSmall = detail::norm_small_items(es);
   constexpr int kBig = detail::norm_big_items(Op::kOp, Op::kDir, es);
   const int groups = p.block / p.tpr;
-  // Rows longer than the register-resident row take the column kernel for their parameter
-  // gradients (param_cols_kernel); the row kernel then writes dx only.
-  const int items = p.big ? (p.vec ? kBig : (kBig < 16 ? kBig : 16)) : kSmall;
-  const bool col_grads = Op::kParamGrad && p.slots > 0 && p.n > int64_t(p.tpr) * items;
-  NormLaunch rp = p;
-  if (col_grads) rp.slots = 0;
-  int64_t ctas = (p.rows + groups - 1) / groups;
-  if (Op::kParamGrad && rp.slots > 0) ctas = p.slots / groups;  // the fixed partition
-  if (ctas > (int64_t{1} << 30)) ctas = int64_t{1} << 30;       // the row loop covers the rest
-  const dim3 grid(static_cast<unsigned>(ctas));
   // The scalar (strided) variant computes one 64-bit offset per element: at 32 items it spills,
   // so it holds at most 16 (rows that no longer fit stream; the kernel decides per launch);
   // gumbel_softmax's, with a Philox call and two logs an element, 8 (16 spilled ~290 bytes a
   // thread), f64 4 (8 spilled ~300: the f64 log's slow path is a call).
   constexpr int kScalarCap = kAddsNoise<Op> ? (sizeof(T) == 8 ? 4 : 8) : 16;
   constexpr int kBigScalar = kBig < kScalarCap ? kBig : kScalarCap;
-  auto go = [&](auto kernel, size_t smem) {
+  const int items = p.big ? (p.vec ? kBig : kBigScalar) : kSmall;
+  NormLaunch rp = p;
+  // Rows longer than the register-resident row (of one CTA, or of a cluster) take the column
+  // kernel for their parameter gradients (param_cols_kernel); the row kernel then writes dx only.
+  bool col_grads = false;
+  // `kernel`, or `cluster_kernel` as clusters of rp.cluster CTAs (nullptr: none).
+  auto go = [&]<auto kernel, auto cluster_kernel>(KernelTag<kernel>, KernelTag<cluster_kernel>, size_t smem) {
     // Dynamic plus static shared memory above 48 KB needs the kernel's opt-in (a host-side
     // attribute, allowed during stream capture); the static part is < 1 KB.
-    if (smem > 47 * 1024)
+    if (smem > 47 * 1024) {
       if (const cudaError_t e =
               cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
           e != cudaSuccess)
         return e;
-    kernel<<<grid, p.block, smem, stream>>>(rp);
-    return cudaSuccess;
+      if constexpr (cluster_kernel != nullptr)
+        if (rp.cluster > 1 && cudaFuncSetAttribute(cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(smem)) != cudaSuccess) {
+          (void)cudaGetLastError();
+          rp.cluster = 1;
+        }
+    }
+    if constexpr (cluster_kernel == nullptr) rp.cluster = 1;
+    for (;;) {
+      col_grads = Op::kParamGrad && p.slots > 0 && p.n > int64_t(rp.cluster) * p.tpr * items;
+      rp.slots = col_grads ? 0 : p.slots;
+      int64_t ctas = (p.rows + groups - 1) / groups;
+      if (Op::kParamGrad && rp.slots > 0) ctas = p.slots / groups;  // the fixed partition
+      if (ctas > (int64_t{1} << 30) / rp.cluster) ctas = (int64_t{1} << 30) / rp.cluster;  // the row loop covers the rest
+      const dim3 grid(static_cast<unsigned>(ctas * rp.cluster));
+      if (rp.cluster == 1) {
+        kernel<<<grid, p.block, smem, stream>>>(rp);
+        return cudaSuccess;
+      }
+      if constexpr (cluster_kernel != nullptr)
+        if (launch_cluster<cluster_kernel>(grid, dim3(p.block), smem, stream, rp.cluster, rp)) return cudaSuccess;
+      rp.cluster = 1;  // no cluster-capable code or GPC room: one CTA a row, streaming
+    }
   };
   cudaError_t err;
   if (p.big) {
     if (p.vec)
-      err = go(row_kernel<T, Op, kBig, kV>, smem_rows_bytes<M, Op, kBig>(rp));
+      err = go(KernelTag<row_kernel<T, Op, kBig, kV>>{}, KernelTag<row_kernel<T, Op, kBig, kV, true>>{},
+               smem_rows_bytes<M, Op, kBig>(p));
     else
-      err = go(row_kernel<T, Op, kBigScalar, 1>, smem_rows_bytes<M, Op, kBigScalar>(rp));
+      err = go(KernelTag<row_kernel<T, Op, kBigScalar, 1>>{}, KernelTag<row_kernel<T, Op, kBigScalar, 1, true>>{},
+               smem_rows_bytes<M, Op, kBigScalar>(p));
   } else {
     if (p.vec)
-      err = go(row_kernel<T, Op, kSmall, kV>, smem_rows_bytes<M, Op, kSmall>(rp));
+      err = go(KernelTag<row_kernel<T, Op, kSmall, kV>>{}, KernelTag<nullptr>{}, smem_rows_bytes<M, Op, kSmall>(p));
     else
-      err = go(row_kernel<T, Op, kSmall, 1>, smem_rows_bytes<M, Op, kSmall>(rp));
+      err = go(KernelTag<row_kernel<T, Op, kSmall, 1>>{}, KernelTag<nullptr>{}, smem_rows_bytes<M, Op, kSmall>(p));
   }
   if (err != cudaSuccess) return err;
   if constexpr (Op::kParamGrad) {

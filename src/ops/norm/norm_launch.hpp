@@ -65,6 +65,9 @@ struct NormLaunch {
   // Launch shape (NormPlan::Config).
   int tpr = 32;
   int block = 128;
+  /// CTAs a row (1: a group of tpr threads of one CTA owns a row). > 1: a thread-block cluster of
+  /// that many CTAs of tpr = block threads owns each row (sm_90+; the launcher falls back to 1).
+  int cluster = 1;
   bool big = false;
   bool vec = false;
 };

@@ -369,6 +369,25 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
   }
   c.cached = n <= int64_t{c.tpr} * c.items;
   c.block = c.tpr > 32 ? c.tpr : 128;
+  // Rows past one CTA's registers (sm_90+): a thread-block cluster of 2-16 CTAs owns the row, its
+  // reductions merged through distributed shared memory, so rows up to 16 CTAs' registers are read
+  // once (one CTA streamed them: a re-read per pass, 24-64% of copy bandwidth at [1024, 128256]
+  // bf16) and rows beyond that stream through 16 CTAs instead of one (a few long rows used a few
+  // SMs: [4, 2^20] ran on 4). The cluster size is a function of the shape only.
+  // Many rows (H100, [1024, 128256] bf16, cluster vs one CTA streaming): layer_norm fw 375 vs 450 us,
+  // bw 800 vs 1100; rms_norm fw 280 vs 310, bw 691 vs 1022; normalize fw 254 vs 273: clusters. But
+  // softmax / log_softmax fw 366 vs 276 and bw 556 vs 448, normalize bw 567 vs 449, sparsemax fw
+  // 853 vs 741, gumbel_softmax fw 1604 vs 890: there one CTA a row streams faster once the rows
+  // alone fill the GPU (the cluster variant's exchange latency is not hidden; its rows have only
+  // one or two reads to save). A few rows (<= 256) always take clusters.
+  const bool cluster_wins = p.rows_ <= 256 || desc.op == NormOp::layer_norm || desc.op == NormOp::rms_norm ||
+                            (desc.op == NormOp::normalize && !bw);
+  c.cluster = 1;
+  if (target.sm >= 90 && c.big && !c.cached && cluster_wins) {
+    const int64_t per_cta = int64_t{c.tpr} * c.items;
+    while (c.cluster < 16 && int64_t{c.cluster} * per_cta < n) c.cluster *= 2;
+    c.cached = n <= int64_t{c.cluster} * per_cta;
+  }
   const int groups = c.block / c.tpr;
 
   p.sku_.category = "norm";
@@ -379,8 +398,10 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
                   dname(desc.dtype);
   p.sku_.arch = target.sm >= 90 ? "sm_90a" : "sm_80";
   p.sku_.backend = Backend::Native;
-  p.sku_.layout = std::string(c.tpr > 32 ? "cta" : (c.tpr == 32 ? "warp" : "subwarp")) +
-                  "-rows(tpr=" + std::to_string(c.tpr) + ")-" + (c.cached ? "registers" : "streaming") +
+  p.sku_.layout = (c.cluster > 1 ? "cluster-rows(ctas=" + std::to_string(c.cluster) + ",tpr="
+                                  : std::string(c.tpr > 32 ? "cta" : (c.tpr == 32 ? "warp" : "subwarp")) +
+                                        "-rows(tpr=") +
+                  std::to_string(c.tpr) + ")-" + (c.cached ? "registers" : "streaming") +
                   (p.allow_vectorized_ ? "" : " (vectorization forbidden)");
   const DType stats = norm_stats_dtype(desc.dtype);
   p.sku_.precision.math = stats;
@@ -441,7 +462,10 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
   // groups per CTA), each with a workspace row of partial sums. Fewer slots for very long rows
   // bound the workspace (at most 2^26 partial elements per gradient).
   if (bw && params) {
-    int64_t slots = std::min<int64_t>(std::max<int64_t>(p.rows_, 1), detail::kNormMaxSlots);
+    // Cluster rows: about one wave of clusters (two 512-thread CTAs an SM), each summing its
+    // rows' gradients on chip: fewer, larger partials than a slot per row.
+    int64_t slots = std::min<int64_t>(std::max<int64_t>(p.rows_, 1),
+                                      c.cluster > 1 ? 256 / c.cluster : detail::kNormMaxSlots);
     while (slots > groups && slots * std::max<int64_t>(n, 1) > (int64_t{1} << 26)) slots /= 2;
     slots = (slots + groups - 1) / groups * groups;
     c.slots = static_cast<int>(slots);
@@ -1136,8 +1160,8 @@ std::string NormPlan::layout_for(const NormArgs& a) const {
                 ? "registers"
                 : "streaming") +
            "-scalar";
-  return std::string(cfg_.tpr > 32 ? "cta" : (cfg_.tpr == 32 ? "warp" : "subwarp")) + "-" +
-         (cfg_.cached ? "registers" : "streaming") + "-" + (vec ? "vec16" : "scalar");
+  return std::string(cfg_.cluster > 1 ? "cluster" : (cfg_.tpr > 32 ? "cta" : (cfg_.tpr == 32 ? "warp" : "subwarp"))) +
+         "-" + (cfg_.cached ? "registers" : "streaming") + "-" + (vec ? "vec16" : "scalar");
 }
 
 Result<void> NormPlan::run(cudaStream_t stream, Workspace ws, const NormArgs& a) const {
@@ -1197,11 +1221,13 @@ Result<void> NormPlan::run(cudaStream_t stream, Workspace ws, const NormArgs& a)
   p.tpr = cfg_.tpr;
   p.block = cfg_.block;
   p.big = cfg_.big;
+  p.cluster = cfg_.cluster;
   p.vec = allow_vectorized_ && g.vec_ok;
   if (g.columns && !want_pgrad) {  // the parameter-gradient partition keeps the plan's shape
     p.tpr = 1;
     p.block = 128;
     p.big = true;
+    p.cluster = 1;
   }
   for (const auto& r : kLaunchers) {
     if (r.dtype != desc_.dtype) continue;

@@ -1,0 +1,134 @@
+// Thread-block cluster pieces shared by the kernels that spread one row over a cluster (the fused
+// cross-entropy kernel, the norm family's cluster rows): the split cluster barrier and a
+// launcher with the cluster dimension that falls back when the device or the loaded code cannot
+// run clusters. Device parts compile for sm_90+ only; callers guard them with __CUDA_ARCH__.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstddef>
+
+namespace baracuda::kern {
+
+/// barrier.cluster split in its two halves: arrive (release: this thread's earlier writes, the
+/// CTA's partial among them, become visible to the cluster's acquiring waiters; its earlier reads
+/// of other CTAs' shared memory are done) and wait (acquire: returns once every non-exited thread
+/// of the cluster arrived). .aligned: the whole warp executes each, converged (callers __syncwarp
+/// after divergent code).
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+/// The cluster geometry along x from the special registers (a launch without clusters is one of
+/// (1, 1, 1) clusters, so these read rank 0 of 1, cluster = blockIdx.x, clusters = gridDim.x).
+/// Plain (non-volatile) reads: the compiler may re-read them rather than hold them in registers.
+/// Before sm_90 there are no clusters: the same values from blockIdx/gridDim.
+__device__ __forceinline__ unsigned cluster_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned r;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+#else
+  return 0;
+#endif
+}
+__device__ __forceinline__ unsigned cluster_ctas() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned r;
+  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+#else
+  return 1;
+#endif
+}
+__device__ __forceinline__ unsigned cluster_index_x() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned r;
+  asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+  return r;
+#else
+  return blockIdx.x;
+#endif
+}
+__device__ __forceinline__ unsigned cluster_count_x() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned r;
+  asm("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
+  return r;
+#else
+  return gridDim.x;
+#endif
+}
+
+/// The pair (a, b) of M (float or double) at `local` in this CTA's shared memory, read from the
+/// same offset in the shared memory of cluster CTA `rank` (mapa + ld.shared::cluster: 32-bit
+/// shared-window addresses, not the 64-bit generic ones map_shared_rank hands out, which held
+/// more registers in the norm kernel's merge).
+template <class M>
+__device__ __forceinline__ void dsmem_load_pair(const M* local, unsigned rank, M& a, M& b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned sa = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned ra;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(sa), "r"(rank));
+  if constexpr (sizeof(M) == 4)
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(a), "=f"(b) : "r"(ra) : "memory");
+  else
+    asm volatile("ld.shared::cluster.v2.f64 {%0, %1}, [%2];" : "=d"(a), "=d"(b) : "r"(ra) : "memory");
+#else
+  a = local[0];
+  b = local[1];
+#endif
+}
+
+/// Whether kKernel can run as clusters of more than 8 CTAs' worth on the current device: its loaded
+/// code is sm_90+ and the non-portable cluster sizes (up to 16) are allowed. Once per device
+/// (devices past 63 ask every time); any failed call means no (the error is cleared).
+template <auto kKernel>
+bool cluster_ready() {
+  static std::atomic<int> state[64];  // 0 unknown, 1 ready, 2 not
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (dev < 64) {
+    const int s = state[dev].load(std::memory_order_acquire);
+    if (s != 0) return s == 1;
+  }
+  cudaFuncAttributes fa{};
+  const bool ready = cudaFuncGetAttributes(&fa, kKernel) == cudaSuccess && fa.binaryVersion >= 90 &&
+                     (fa.ptxVersion >= 90 || fa.ptxVersion == 0) &&
+                     cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+  if (!ready) (void)cudaGetLastError();
+  if (dev < 64) state[dev].store(ready ? 1 : 2, std::memory_order_release);
+  return ready;
+}
+
+/// Launches kKernel(args...) as (ctas, 1, 1) clusters (grid.x a multiple of ctas). Returns false,
+/// the error cleared, where the kernel has no cluster-capable code or the device refuses the
+/// configuration (too large a cluster for its GPCs, a MIG slice): the caller then launches its
+/// cluster-free variant.
+template <auto kKernel, class... A>
+bool launch_cluster(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, int ctas, A... args) {
+  if (!cluster_ready<kKernel>()) return false;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(ctas);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, kKernel, args...) != cudaSuccess) {
+    (void)cudaGetLastError();  // a refused configuration is not sticky
+    return false;
+  }
+  return true;
+}
+
+}  // namespace baracuda::kern
