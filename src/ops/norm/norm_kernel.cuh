@@ -7,7 +7,9 @@
 // so a group's loads are contiguous). When the row fits in one chunk it is loaded once and
 // stays in registers for every pass and the output ("registers": one read + one write of the
 // tensor); longer rows are streamed chunk by chunk per pass ("streaming": softmax merges
-// (max, sum) online so its statistics take one read). Group reductions use shuffles, plus one
+// (max, sum) online so its statistics take one read). On sm_90 a row past one CTA may instead be
+// owned by a thread-block cluster (kCluster: the group is the cluster's CTAs, merged through
+// distributed shared memory, cluster_merge). Group reductions use shuffles, plus one
 // shared-memory step in fixed order when a group spans several warps, so every thread of the
 // group ends with the same bits and results do not depend on the SM count.
 //
