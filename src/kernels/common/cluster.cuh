@@ -24,39 +24,24 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 /// (1, 1, 1) clusters, so these read rank 0 of 1, cluster = blockIdx.x, clusters = gridDim.x).
 /// Plain (non-volatile) reads: the compiler may re-read them rather than hold them in registers.
 /// Before sm_90 there are no clusters: the same values from blockIdx/gridDim.
-__device__ __forceinline__ unsigned cluster_rank() {
+enum class ClusterReg { rank, ctas, index_x, count_x };
+template <ClusterReg R>
+__device__ __forceinline__ unsigned cluster_reg() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   unsigned r;
-  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  if constexpr (R == ClusterReg::rank)
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  else if constexpr (R == ClusterReg::ctas)
+    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  else if constexpr (R == ClusterReg::index_x)
+    asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+  else
+    asm("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
   return r;
 #else
-  return 0;
-#endif
-}
-__device__ __forceinline__ unsigned cluster_ctas() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned r;
-  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-  return r;
-#else
-  return 1;
-#endif
-}
-__device__ __forceinline__ unsigned cluster_index_x() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned r;
-  asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-  return r;
-#else
-  return blockIdx.x;
-#endif
-}
-__device__ __forceinline__ unsigned cluster_count_x() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned r;
-  asm("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
-  return r;
-#else
+  if constexpr (R == ClusterReg::rank) return 0;
+  if constexpr (R == ClusterReg::ctas) return 1;
+  if constexpr (R == ClusterReg::index_x) return blockIdx.x;
   return gridDim.x;
 #endif
 }
@@ -81,11 +66,13 @@ __device__ __forceinline__ void dsmem_load_pair(const M* local, unsigned rank, M
 #endif
 }
 
-/// Whether kKernel can run as clusters of more than 8 CTAs' worth on the current device: its loaded
-/// code is sm_90+ and the non-portable cluster sizes (up to 16) are allowed. Once per device
-/// (devices past 63 ask every time); any failed call means no (the error is cleared).
+/// Whether kKernel can run as clusters on the current device: its loaded code is sm_90+ and the
+/// non-portable cluster sizes (up to 16) are allowed; with `smem_bytes` > 0 also its dynamic
+/// shared-memory opt-in to that size and the largest shared-memory carve-out (for a kernel whose
+/// dynamic shared memory is a constant). Once per device (devices past 63 ask every time); any
+/// failed call means no (the error is cleared).
 template <auto kKernel>
-bool cluster_ready() {
+bool cluster_ready(int smem_bytes = 0) {
   static std::atomic<int> state[64];  // 0 unknown, 1 ready, 2 not
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
@@ -97,9 +84,14 @@ bool cluster_ready() {
     if (s != 0) return s == 1;
   }
   cudaFuncAttributes fa{};
-  const bool ready = cudaFuncGetAttributes(&fa, kKernel) == cudaSuccess && fa.binaryVersion >= 90 &&
-                     (fa.ptxVersion >= 90 || fa.ptxVersion == 0) &&
-                     cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+  const bool ready =
+      cudaFuncGetAttributes(&fa, kKernel) == cudaSuccess && fa.binaryVersion >= 90 &&
+      (fa.ptxVersion >= 90 || fa.ptxVersion == 0) &&
+      cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
+      (smem_bytes == 0 ||
+       (cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) == cudaSuccess &&
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared) == cudaSuccess));
   if (!ready) (void)cudaGetLastError();
   if (dev < 64) state[dev].store(ready ? 1 : 2, std::memory_order_release);
   return ready;

@@ -568,28 +568,7 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
 /// (cp.async.cg), so the L1 that is left costs nothing.
 template <class T>
 bool cluster_kernel_ready() {
-  static std::atomic<int> state[64];  // 0 unknown, 1 ready, 2 not
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  if (dev < 64) {
-    const int s = state[dev].load(std::memory_order_acquire);
-    if (s != 0) return s == 1;
-  }
-  cudaFuncAttributes fa{};
-  bool ready =
-      cudaFuncGetAttributes(&fa, class_cluster_kernel<T>) == cudaSuccess && fa.binaryVersion >= 90 &&
-      (fa.ptxVersion >= 90 || fa.ptxVersion == 0) &&
-      cudaFuncSetAttribute(class_cluster_kernel<T>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
-      cudaFuncSetAttribute(class_cluster_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kClusterSmemBytes) ==
-          cudaSuccess &&
-      cudaFuncSetAttribute(class_cluster_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           cudaSharedmemCarveoutMaxShared) == cudaSuccess;
-  if (!ready) (void)cudaGetLastError();
-  if (dev < 64) state[dev].store(ready ? 1 : 2, std::memory_order_release);
-  return ready;
+  return cluster_ready<class_cluster_kernel<T>>(kClusterSmemBytes);
 }
 
 /// Clusters of `ctas` CTAs the current device co-schedules for class_cluster_kernel<T>: the

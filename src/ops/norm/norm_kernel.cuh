@@ -1121,12 +1121,12 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
   // r * tpr ...). Otherwise ctas = 1 and a group is tpr threads of one CTA.
   // The geometry comes from the cluster special registers (cheap to re-read, so not held in
   // registers across the row loop; NormLaunch::cluster only tells the launcher).
-  const int ctas = kCluster ? int(cluster_ctas()) : 1;
+  const int ctas = kCluster ? int(cluster_reg<ClusterReg::ctas>()) : 1;
   const int tpr = p.tpr;
   const int rtpr = tpr * ctas;  // threads a row
-  const int lane = (kCluster ? int(cluster_rank()) * tpr : 0) + int(threadIdx.x & (tpr - 1));
-  const int64_t cid = kCluster ? int64_t(cluster_index_x()) : int64_t(blockIdx.x);
-  const int64_t nclusters = kCluster ? int64_t(cluster_count_x()) : int64_t(gridDim.x);
+  const int lane = (kCluster ? int(cluster_reg<ClusterReg::rank>()) * tpr : 0) + int(threadIdx.x & (tpr - 1));
+  const int64_t cid = kCluster ? int64_t(cluster_reg<ClusterReg::index_x>()) : int64_t(blockIdx.x);
+  const int64_t nclusters = kCluster ? int64_t(cluster_reg<ClusterReg::count_x>()) : int64_t(gridDim.x);
   int parity = 0;
   const int groups = blockDim.x / tpr;
   const int g = threadIdx.x / tpr;
