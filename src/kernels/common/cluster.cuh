@@ -90,21 +90,16 @@ bool cluster_ready(int smem_bytes = 0) {
       cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
       (smem_bytes == 0 ||
        (cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) == cudaSuccess &&
-        cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             cudaSharedmemCarveoutMaxShared) == cudaSuccess));
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared) ==
+            cudaSuccess));
   if (!ready) (void)cudaGetLastError();
   if (dev < 64) state[dev].store(ready ? 1 : 2, std::memory_order_release);
   return ready;
 }
 
-/// Launches kKernel(args...) as (ctas, 1, 1) clusters (grid.x a multiple of ctas). Returns false,
-/// the error cleared, where the kernel has no cluster-capable code or the device refuses the
-/// configuration (too large a cluster for its GPCs, a MIG slice): the caller then launches its
-/// cluster-free variant.
-template <auto kKernel, class... A>
-bool launch_cluster(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, int ctas, A... args) {
-  if (!cluster_ready<kKernel>()) return false;
-  cudaLaunchAttribute attr[1];
+/// cudaLaunchKernelEx's configuration for (ctas, 1, 1) clusters on `grid` (attr: its storage).
+inline cudaLaunchConfig_t cluster_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, int ctas,
+                                         cudaLaunchAttribute (&attr)[1]) {
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(ctas);
   attr[0].val.clusterDim.y = 1;
@@ -116,6 +111,18 @@ bool launch_cluster(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, int
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  return cfg;
+}
+
+/// Launches kKernel(args...) as (ctas, 1, 1) clusters (grid.x a multiple of ctas). Returns false,
+/// the error cleared, where the kernel has no cluster-capable code or the device refuses the
+/// configuration (too large a cluster for its GPCs, a MIG slice): the caller then launches its
+/// cluster-free variant.
+template <auto kKernel, class... A>
+bool launch_cluster(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, int ctas, A... args) {
+  if (!cluster_ready<kKernel>()) return false;
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg = cluster_config(grid, block, smem, stream, ctas, attr);
   if (cudaLaunchKernelEx(&cfg, kKernel, args...) != cudaSuccess) {
     (void)cudaGetLastError();  // a refused configuration is not sticky
     return false;

@@ -588,16 +588,8 @@ int cluster_kernel_clusters(int ctas) {
     if (s != 0) return s > 0 ? s : 0;
   }
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(ctas);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-  cfg.blockDim = dim3(kClusterThreads);
-  cfg.dynamicSmemBytes = kClusterSmemBytes;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const cudaLaunchConfig_t cfg =
+      cluster_config(dim3(static_cast<unsigned>(ctas)), dim3(kClusterThreads), kClusterSmemBytes, nullptr, ctas, attr);
   int n = 0;
   if (cudaOccupancyMaxActiveClusters(&n, class_cluster_kernel<T>, &cfg) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -625,22 +617,9 @@ cudaError_t launch_class_cluster(const ClassLaunch& p, cudaStream_t stream, bool
   if (clusters > q.rows) clusters = q.rows;
   const int64_t max_clusters = int64_t{0x7fffffff} / q.cluster;  // grid.x < 2^31
   if (clusters > max_clusters) clusters = max_clusters;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(q.cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(clusters * q.cluster));
-  cfg.blockDim = dim3(kClusterThreads);
-  cfg.dynamicSmemBytes = kClusterSmemBytes;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, class_cluster_kernel<T>, q) != cudaSuccess) {
-    (void)cudaGetLastError();  // a refused configuration is not sticky
-    return cudaSuccess;
-  }
+  if (!launch_cluster<class_cluster_kernel<T>>(dim3(static_cast<unsigned>(clusters * q.cluster)), dim3(kClusterThreads),
+                                               kClusterSmemBytes, stream, q.cluster, q))
+    return cudaSuccess;  // refused: not sticky, the caller runs the streaming kernel
   *launched = true;
   return cudaSuccess;
 }

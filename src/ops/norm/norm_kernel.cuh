@@ -1515,7 +1515,8 @@ cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
       rp.slots = col_grads ? 0 : p.slots;
       int64_t ctas = (p.rows + groups - 1) / groups;
       if (Op::kParamGrad && rp.slots > 0) ctas = p.slots / groups;  // the fixed partition
-      if (ctas > (int64_t{1} << 30) / rp.cluster) ctas = (int64_t{1} << 30) / rp.cluster;  // the row loop covers the rest
+      if (ctas > (int64_t{1} << 30) / rp.cluster)
+        ctas = (int64_t{1} << 30) / rp.cluster;  // the row loop covers the rest
       const dim3 grid(static_cast<unsigned>(ctas * rp.cluster));
       if (rp.cluster == 1) {
         kernel<<<grid, p.block, smem, stream>>>(rp);

@@ -398,11 +398,11 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
                   dname(desc.dtype);
   p.sku_.arch = target.sm >= 90 ? "sm_90a" : "sm_80";
   p.sku_.backend = Backend::Native;
-  p.sku_.layout = (c.cluster > 1 ? "cluster-rows(ctas=" + std::to_string(c.cluster) + ",tpr="
-                                  : std::string(c.tpr > 32 ? "cta" : (c.tpr == 32 ? "warp" : "subwarp")) +
-                                        "-rows(tpr=") +
-                  std::to_string(c.tpr) + ")-" + (c.cached ? "registers" : "streaming") +
-                  (p.allow_vectorized_ ? "" : " (vectorization forbidden)");
+  p.sku_.layout =
+      (c.cluster > 1 ? "cluster-rows(ctas=" + std::to_string(c.cluster) + ",tpr="
+                     : std::string(c.tpr > 32 ? "cta" : (c.tpr == 32 ? "warp" : "subwarp")) + "-rows(tpr=") +
+      std::to_string(c.tpr) + ")-" + (c.cached ? "registers" : "streaming") +
+      (p.allow_vectorized_ ? "" : " (vectorization forbidden)");
   const DType stats = norm_stats_dtype(desc.dtype);
   p.sku_.precision.math = stats;
   p.sku_.precision.accumulator = stats;
@@ -464,8 +464,8 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
   if (bw && params) {
     // Cluster rows: about one wave of clusters (two 512-thread CTAs an SM), each summing its
     // rows' gradients on chip: fewer, larger partials than a slot per row.
-    int64_t slots = std::min<int64_t>(std::max<int64_t>(p.rows_, 1),
-                                      c.cluster > 1 ? 256 / c.cluster : detail::kNormMaxSlots);
+    int64_t slots =
+        std::min<int64_t>(std::max<int64_t>(p.rows_, 1), c.cluster > 1 ? 256 / c.cluster : detail::kNormMaxSlots);
     while (slots > groups && slots * std::max<int64_t>(n, 1) > (int64_t{1} << 26)) slots /= 2;
     slots = (slots + groups - 1) / groups * groups;
     c.slots = static_cast<int>(slots);
