@@ -192,6 +192,9 @@ __device__ __forceinline__ int next_pass_of(int pass, const St<M>& st, int tpr) 
 struct OpDefaults {
   static constexpr bool kW = false, kB = false, kResidual = false, kLoadMean = false, kLoadRstd = false,
                         kSaveMean = false, kSaveRstd = false, kParamGrad = false, kMaskable = false;
+  /// The reductions read only the first input: a streamed row's reduction passes skip loading the
+  /// second (log_softmax's backward sums dy alone; y is needed only at the output).
+  static constexpr bool kReduceReadsIn0 = false;
   template <class M>
   __device__ static Acc<M> identity() {
     return {M(0), M(0)};
@@ -323,12 +326,15 @@ struct RmsNormFw : OpDefaults {
 };
 
 /// softmax backward: dx = y * (dy - sum(dy * y)); log_softmax: dx = dy - exp(y) * sum(dy).
-/// Inputs: dy, y.
-template <bool kLog>
+/// Inputs: dy, y. kFast (16-bit storage): log_softmax's exp(y) as sm_exp's __expf (y <= 0, so
+/// exp(y) <= 1 and its few-ulp f32 error is far below the output's rounding), instead of expf's
+/// range reduction: it held the bf16 [16384, 4096] backward at 90% of copy bandwidth.
+template <bool kLog, bool kFast = false>
 struct SoftmaxBw : OpDefaults {
   static constexpr NormOp kOp = kLog ? NormOp::log_softmax : NormOp::softmax;
   static constexpr Direction kDir = Direction::Backward;
   static constexpr int kIn = 2, kPasses = 1;
+  static constexpr bool kReduceReadsIn0 = kLog;
   template <class M, int K, int V, class Wt>
   __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>&) {
     M s = 0;
@@ -344,7 +350,7 @@ struct SoftmaxBw : OpDefaults {
   template <class M>
   __device__ static M out(const M (&x)[kIn], M, M, const St<M>& st) {
     if constexpr (kLog)
-      return x[0] - bexp(x[1]) * st.c1;
+      return x[0] - sm_exp<kFast>(x[1]) * st.c1;
     else
       return x[1] * (x[0] - st.c1);
   }
@@ -1204,8 +1210,10 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
 
     // Loads chunk `cb`. With a fused residual the first load of a chunk reads x and residual and
     // writes their sum (rounded to T, as torch's x + residual is); later passes of a streamed row
-    // read that sum back, so in-place residual updates stay correct.
-    auto load = [&](int64_t cb, bool first_load) {
+    // read that sum back, so in-place residual updates stay correct. `reduce_only`: a streamed
+    // reduction pass (Op::kReduceReadsIn0 skips the second input there).
+    auto load = [&](int64_t cb, bool first_load, bool reduce_only) {
+      const bool skip_in1 = Op::kReduceReadsIn0 && reduce_only;
 #pragma unroll
       for (int c = 0; c < kC; ++c) {
         const int64_t j0 = cb + (int64_t(lane) + int64_t(c) * rtpr) * kV;
@@ -1218,9 +1226,9 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
               load_words<kW>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
             } else {
               load_words<kW>(in0, base[detail::kIn0] + cs(detail::kIn0, j0), dst0);
-              if (kIn == 2) {
+              if (kIn == 2 && !skip_in1) {
                 load_words<kW>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), &v[kIn - 1][c * kW]);
-              } else if (residual) {  // the same f32 add and rounding to T as the unpacked path
+              } else if (kIn == 1 && residual) {  // the same f32 add and rounding to T as the unpacked path
                 uint32_t r[kW];
                 load_words<kW>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), r);
 #pragma unroll
@@ -1236,7 +1244,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
               load_elems<kV>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
             } else {
               load_elems<kV>(in0, base[detail::kIn0] + cs(detail::kIn0, j0), dst0);
-              if (kIn == 2 || residual) {
+              if ((kIn == 2 && !skip_in1) || residual) {
                 M r[kV];
                 load_elems<kV>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), kIn == 2 ? &v[kIn - 1][c * kV] : r);
                 if (residual) {
@@ -1345,7 +1353,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
     };
 
     if (cached) {
-      load(0, true);
+      load(0, true, false);
       w_kept = kSmemRows<Op>;
     }
 #pragma unroll 1
@@ -1355,7 +1363,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
         acc = reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st, RowCols{0, lane, rtpr});
       } else {
         for (int64_t cb = 0; cb < n; cb += chunk) {
-          load(cb, pass == 0);
+          load(cb, pass == 0, true);
           acc = merge_of<Op>(pass, acc,
                              reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st, RowCols{cb, lane, rtpr}));
         }
@@ -1372,7 +1380,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
       emit(0);
     } else {
       for (int64_t cb = 0; cb < n; cb += chunk) {
-        load(cb, false);  // a fused residual sum is read back from residual_out
+        load(cb, false, false);  // a fused residual sum is read back from residual_out
         emit(cb);
       }
     }
@@ -1599,7 +1607,7 @@ cudaError_t norm_launch(const NormLaunch& p, cudaStream_t stream) {
       case NormOp::softmax:
         return k::launch_rows<T, k::SoftmaxBw<false>>(p, stream);
       case NormOp::log_softmax:
-        return k::launch_rows<T, k::SoftmaxBw<true>>(p, stream);
+        return k::launch_rows<T, k::SoftmaxBw<true, sizeof(T) == 2>>(p, stream);
       case NormOp::layer_norm:
         return k::launch_rows<T, k::LayerNormBw>(p, stream);
       case NormOp::rms_norm:
