@@ -464,10 +464,14 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
   // groups per CTA), each with a workspace row of partial sums. Fewer slots for very long rows
   // bound the workspace (at most 2^26 partial elements per gradient).
   if (bw && params) {
-    // Cluster rows: about one wave of clusters (two 512-thread CTAs an SM), each summing its
-    // rows' gradients on chip: fewer, larger partials than a slot per row.
+    // Cluster rows: one slot a cluster of one wave, each summing its rows' gradients on chip. The
+    // wave is what an H100 co-schedules at two 512-thread CTAs an SM (cudaOccupancyMaxActiveClusters:
+    // 14 clusters of 16 CTAs, 30 of 8; GPCs hold whole clusters): a second wave of a few clusters
+    // doubled the time (layer_norm bw [1024, 128256] bf16: 16 slots 841 us, 14 slots 564 us). A
+    // constant, not the device's count, so the gradients' bits do not depend on the device.
+    const int64_t cluster_slots = c.cluster >= 16 ? 14 : (c.cluster == 8 ? 30 : 240 / c.cluster);
     int64_t slots =
-        std::min<int64_t>(std::max<int64_t>(p.rows_, 1), c.cluster > 1 ? 256 / c.cluster : detail::kNormMaxSlots);
+        std::min<int64_t>(std::max<int64_t>(p.rows_, 1), c.cluster > 1 ? cluster_slots : detail::kNormMaxSlots);
     while (slots > groups && slots * std::max<int64_t>(n, 1) > (int64_t{1} << 26)) slots /= 2;
     slots = (slots + groups - 1) / groups * groups;
     c.slots = static_cast<int>(slots);
