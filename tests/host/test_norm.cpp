@@ -238,8 +238,19 @@ TEST(NormConfig, ShapeFollowsRowLength) {
   EXPECT_EQ(cfg(sm(4097)).tpr, 256);
   EXPECT_EQ(cfg(sm(16384)).tpr, 512);
   EXPECT_TRUE(cfg(sm(16384)).cached);
-  EXPECT_FALSE(cfg(sm(16385)).cached);  // streams, one pass for (max, sum)
+  // Past one CTA on sm_90: a few rows (16 here) take a cluster holding the row.
+  EXPECT_EQ(cfg(sm(16385)).cluster, 2);
+  EXPECT_TRUE(cfg(sm(16385)).cached);
+  EXPECT_EQ(NormPlan::select(kTarget, sm(16385))->sku().layout, "cluster-rows(ctas=2,tpr=512)-registers");
   EXPECT_EQ(cfg(sm(1 << 20)).tpr, 512);
+  EXPECT_EQ(cfg(sm(1 << 20)).cluster, 16);  // 16 CTAs of 16384: streams through the cluster
+  EXPECT_FALSE(cfg(sm(1 << 20)).cached);
+  // Many rows of softmax stream through one CTA each (measured faster there); no clusters before sm_90.
+  auto many = NormDesc::softmax(DType::bf16, Shape::of({300, 20000}), -1);
+  EXPECT_EQ(cfg(many).cluster, 1);
+  EXPECT_FALSE(cfg(many).cached);  // streams, one pass for (max, sum)
+  EXPECT_EQ(NormPlan::select(Target::offline(80), sm(16385))->config().cluster, 1);
+  EXPECT_FALSE(NormPlan::select(Target::offline(80), sm(16385))->config().cached);
   EXPECT_EQ(cfg(ln(DType::bf16)).tpr, 8);  // 64 elements = 8 vectors
   auto big = NormDesc::layer_norm(DType::bf16, Shape::of({16384, 4096}), 1, true, true, 1e-5);
   EXPECT_EQ(cfg(big).tpr, 128);  // 32 a thread (parameters are read at the output)
@@ -260,6 +271,31 @@ TEST(NormConfig, IndependentOfTheDevice) {
   EXPECT_EQ(a->config().tpr, b->config().tpr);
   EXPECT_EQ(a->config().slots, b->config().slots);
   EXPECT_EQ(a->workspace_size(), b->workspace_size());
+  auto v = NormDesc::layer_norm(DType::bf16, Shape::of({1024, 128256}), 1, true, true, 1e-5, Direction::Backward);
+  auto c = NormPlan::select(small, v), e = NormPlan::select(large, v);
+  ASSERT_TRUE(c.ok() && e.ok());
+  EXPECT_EQ(c->config().cluster, e->config().cluster);
+  EXPECT_EQ(c->config().slots, e->config().slots);
+}
+
+TEST(NormConfig, ClusterRowsParameterGradients) {
+  // layer_norm backward over a vocabulary row: 16 CTAs of 512 x 16 hold it; one slot a
+  // co-resident cluster (14 on an H100), so the workspace is 14 rows of partials per gradient.
+  auto v = NormDesc::layer_norm(DType::bf16, Shape::of({1024, 128256}), 1, true, true, 1e-5, Direction::Backward);
+  auto p = NormPlan::select(kTarget, v);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->config().cluster, 16);
+  EXPECT_TRUE(p->config().cached);
+  EXPECT_EQ(p->config().slots, 14);
+  EXPECT_EQ(p->workspace_size(), size_t{2} * 14 * 128256 * 4);
+  auto r = NormDesc::rms_norm(DType::bf16, Shape::of({1024, 40000}), 1, true, 1e-5, Direction::Backward);
+  auto q = NormPlan::select(kTarget, r);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->config().cluster, 8);
+  EXPECT_EQ(q->config().slots, 30);
+  // Fewer rows than slots: a slot a row.
+  r.shape = Shape::of({5, 40000});
+  EXPECT_EQ(NormPlan::select(kTarget, r)->config().slots, 5);
 }
 
 TEST(NormConfig, Workspace) {
