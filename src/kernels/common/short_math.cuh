@@ -103,6 +103,16 @@ BARACUDA_HD inline float sqrt_fast(float x) {
 }
 BARACUDA_HD inline float ln_fast(float x) { return lg2_fast(x) * 0.693147180559945309f; }
 
+/// c[0] t^(N-1) + c[1] t^(N-2) + ... + c[N-1] by Horner's rule, one FMA a coefficient (highest
+/// degree first): the evaluation order every polynomial below uses.
+template <int N>
+BARACUDA_HD inline float horner(float t, const float (&c)[N]) {
+  float p = c[0];
+#pragma unroll
+  for (int i = 1; i < N; ++i) p = fmaf(p, t, c[i]);
+  return p;
+}
+
 inline constexpr float kInf = cuda::std::numeric_limits<float>::infinity();
 inline constexpr float kNaN = cuda::std::numeric_limits<float>::quiet_NaN();
 
@@ -210,19 +220,11 @@ BARACUDA_HD inline float lgamma_f32(float x) {
     const float a = small ? x : x - 1.0f;         // u - 1, exact
     const float b = small ? x - 1.0f : x - 2.0f;  // u - 2, exact near u = 2
     const float t = u - 1.75f;
-    float p = 1.2189362210731424e-04f;
-    p = fmaf(p, t, -2.2550171169293621e-04f);
-    p = fmaf(p, t, 2.562451919007679e-05f);
-    p = fmaf(p, t, -6.043089331425152e-05f);
-    p = fmaf(p, t, 6.269711348696285e-04f);
-    p = fmaf(p, t, -1.207072805826338e-03f);
-    p = fmaf(p, t, 2.069707018459476e-03f);
-    p = fmaf(p, t, -4.181210323968896e-03f);
-    p = fmaf(p, t, 8.779857873640474e-03f);
-    p = fmaf(p, t, -1.905974872250777e-02f);
-    p = fmaf(p, t, 4.4520302724812395e-02f);
-    p = fmaf(p, t, -1.1948137674817173e-01f);
-    p = fmaf(p, t, 4.501393125507464e-01f);
+    const float p =
+        horner(t, {1.2189362210731424e-04f, -2.2550171169293621e-04f, 2.562451919007679e-05f, -6.043089331425152e-05f,
+                   6.269711348696285e-04f, -1.207072805826338e-03f, 2.069707018459476e-03f, -4.181210323968896e-03f,
+                   8.779857873640474e-03f, -1.905974872250777e-02f, 4.4520302724812395e-02f, -1.1948137674817173e-01f,
+                   4.501393125507464e-01f});
     const float r = a * b * p + 0.0f;  // +0, not -0, at x = 1 (torch)
     if (!small) return r;
     if constexpr (!kShort) return r - logf(x);
@@ -249,16 +251,10 @@ BARACUDA_HD inline float erfc_short(float x) {
   float a = fabsf(x);
   a = a > 10.5f ? 10.5f : a;  // NaN passes through
   const float q = (a - 2.0f) * rcp_fast(a + 2.0f);
-  float p = -4.0361957209473863e-04f;
-  p = fmaf(p, q, -1.230690220347373e-03f);
-  p = fmaf(p, q, 1.320619599949645e-03f);
-  p = fmaf(p, q, 8.634470821149523e-03f);
-  p = fmaf(p, q, -8.063906555689579e-03f);
-  p = fmaf(p, q, -5.4205733718770334e-02f);
-  p = fmaf(p, q, 1.6405613130443217e-01f);
-  p = fmaf(p, q, -1.660312352354335e-01f);
-  p = fmaf(p, q, -9.276402215557912e-02f);
-  p = fmaf(p, q, 2.76978390048864e-01f);
+  const float p =
+      horner(q, {-4.0361957209473863e-04f, -1.230690220347373e-03f, 1.320619599949645e-03f, 8.634470821149523e-03f,
+                 -8.063906555689579e-03f, -5.4205733718770334e-02f, 1.6405613130443217e-01f, -1.660312352354335e-01f,
+                 -9.276402215557912e-02f, 2.76978390048864e-01f});
   const float g = (p + 1.0f) * rcp_fast(fmaf(2.0f, a, 1.0f));
   constexpr float kL2eHi = -1.44269502162933349609375f;  // -log2(e) rounded to f32
   constexpr float kL2eLo = -1.925963033500011079e-08f;   // -log2(e) - kL2eHi
@@ -292,12 +288,7 @@ BARACUDA_HD inline unsigned float_bits(float x) {
 /// expm1f spends ~30 instructions on its own reduction (bf16 elu was issue-bound, 89% of copy BW).
 BARACUDA_HD inline float expm1_short(float z) {
   if (fabsf(z) < 0.25f) {
-    float p = 1.0f / 720.0f;
-    p = fmaf(p, z, 1.0f / 120.0f);
-    p = fmaf(p, z, 1.0f / 24.0f);
-    p = fmaf(p, z, 1.0f / 6.0f);
-    p = fmaf(p, z, 0.5f);
-    p = fmaf(p, z, 1.0f);
+    const float p = horner(z, {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f});
     return z * p;
   }
   return ex2_fast(z * kLog2e) - 1.0f;
@@ -315,12 +306,7 @@ BARACUDA_HD inline float softplus_short(float z) {
   const float t = ex2_fast(fabsf(z) * -kLog2e);  // NaN passes through
   const float s = t * rcp_fast(2.0f + t);
   const float s2 = s * s;
-  float p = 1.0f / 13.0f;
-  p = fmaf(p, s2, 1.0f / 11.0f);
-  p = fmaf(p, s2, 1.0f / 9.0f);
-  p = fmaf(p, s2, 1.0f / 7.0f);
-  p = fmaf(p, s2, 1.0f / 5.0f);
-  p = fmaf(p, s2, 1.0f / 3.0f);
+  const float p = horner(s2, {1.0f / 13.0f, 1.0f / 11.0f, 1.0f / 9.0f, 1.0f / 7.0f, 1.0f / 5.0f, 1.0f / 3.0f});
   const float ss = s + s;
   return fmaxf(z, 0.0f) + fmaf(ss * s2, p, ss);
 }
@@ -433,11 +419,8 @@ inline constexpr float kLn2 = 0.693147180559945309f;
 BARACUDA_HD inline float asinh_short(float x) {
   const float t = fabsf(x);
   const float s = x * x;
-  float q = -1.343285695e-02f;
-  q = fmaf(q, s, 2.828426253e-02f);
-  q = fmaf(q, s, -4.440808203e-02f);
-  q = fmaf(q, s, 7.498845121e-02f);
-  q = fmaf(q, s, -1.666664867e-01f);
+  const float q =
+      horner(s, {-1.343285695e-02f, 2.828426253e-02f, -4.440808203e-02f, 7.498845121e-02f, -1.666664867e-01f});
   const float near0 = x * fmaf(s, q, 1.0f);  // -0 -> -0 (fmaf(x s, q, x) would give +0)
   const bool huge = t > 0x1p32f;             // inf too; NaN takes the log path and stays NaN
   const float u = huge ? t : t + sqrt_fast(fmaf(t, t, 1.0f));
@@ -451,10 +434,7 @@ BARACUDA_HD inline float asinh_short(float x) {
 /// x < 1 (and -inf): sqrt of a negative, NaN as torch; x = 1: +0.
 BARACUDA_HD inline float acosh_short(float x) {
   const float d = x - 1.0f;
-  float q = 1.543518181e-03f;
-  q = fmaf(q, d, -5.512473131e-03f);
-  q = fmaf(q, d, 1.874483665e-02f);
-  q = fmaf(q, d, -8.333321398e-02f);
+  const float q = horner(d, {1.543518181e-03f, -5.512473131e-03f, 1.874483665e-02f, -8.333321398e-02f});
   const float near1 = sqrt_fast(d + d) * fmaf(d, q, 1.0f);
   const bool huge = x > 0x1p32f;
   const float u = huge ? x : x + sqrt_fast(fmaf(x, x, -1.0f));
@@ -470,10 +450,7 @@ BARACUDA_HD inline float acosh_short(float x) {
 BARACUDA_HD inline float logit_short(float z) {
   const float y = fmaf(2.0f, z, -1.0f);
   const float s = y * y;
-  float q = 1.391534255e-01f;
-  q = fmaf(q, s, 1.401915010e-01f);
-  q = fmaf(q, s, 2.000963738e-01f);
-  q = fmaf(q, s, 3.333322876e-01f);
+  const float q = horner(s, {1.391534255e-01f, 1.401915010e-01f, 2.000963738e-01f, 3.333322876e-01f});
   const float y2 = y + y;
   const float near_half = fmaf(y2 * s, q, y2);
   const bool sub = z < 0x1p-126f;  // negatives too: still negative after scaling
@@ -499,14 +476,8 @@ BARACUDA_HD inline float atan2_short(float a, float b) {
   if (!(mx >= 0x1p-126f && mx <= 0x1p126f)) return atan2_tail(a, b);
   const float r = mn * rcp_fast(mx);
   const float s = r * r;
-  float q = 3.140547517e-03f;
-  q = fmaf(q, s, -1.722846697e-02f);
-  q = fmaf(q, s, 4.457788061e-02f);
-  q = fmaf(q, s, -7.664819779e-02f);
-  q = fmaf(q, s, 1.071718051e-01f);
-  q = fmaf(q, s, -1.422356187e-01f);
-  q = fmaf(q, s, 1.999523695e-01f);
-  q = fmaf(q, s, -3.333321207e-01f);
+  const float q = horner(s, {3.140547517e-03f, -1.722846697e-02f, 4.457788061e-02f, -7.664819779e-02f, 1.071718051e-01f,
+                             -1.422356187e-01f, 1.999523695e-01f, -3.333321207e-01f});
   float t = fmaf(r * s, q, r);
   t = steep ? 1.57079632679489661923f - t : t;
   t = b < 0.0f ? 3.14159265358979323846f - t : t;
