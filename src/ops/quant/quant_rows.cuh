@@ -217,6 +217,7 @@ __device__ __forceinline__ QParams row_qparams(float hi, float neg_lo, const Qua
     qp.zf = static_cast<float>(zp);
   } else {
     qp.s = scale_of(hi, p.q_scale_max, 1.f);
+    qp.bounded = hi > 0.f && hi <= cuda::std::numeric_limits<float>::max();  // scale_of's own scale
   }
   finish_qparams(p, qp);
   return qp;
