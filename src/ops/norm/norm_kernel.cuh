@@ -34,6 +34,7 @@
 
 #include "kernels/common/cluster.cuh"
 #include "kernels/common/dtype_traits.cuh"
+#include "kernels/common/smem_optin.cuh"
 #include "ops/norm/norm_launch.hpp"
 #include "ops/norm/norm_philox.hpp"
 
@@ -1503,20 +1504,13 @@ cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
   bool col_grads = false;
   // `kernel`, or `cluster_kernel` as clusters of rp.cluster CTAs (nullptr: none).
   auto go = [&]<auto kernel, auto cluster_kernel>(KernelTag<kernel>, KernelTag<cluster_kernel>, size_t smem) {
-    // Dynamic plus static shared memory above 48 KB needs the kernel's opt-in (a host-side
-    // attribute, allowed during stream capture); the static part is < 1 KB.
-    if (smem > 47 * 1024) {
-      if (const cudaError_t e =
-              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-          e != cudaSuccess)
-        return e;
-      if constexpr (cluster_kernel != nullptr)
-        if (rp.cluster > 1 && cudaFuncSetAttribute(cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(smem)) != cudaSuccess) {
-          (void)cudaGetLastError();
-          rp.cluster = 1;
-        }
-    }
+    // Dynamic shared memory above 48 KB needs each kernel's opt-in (allow_smem: once per device).
+    if (const cudaError_t e = allow_smem<kernel>(smem); e != cudaSuccess) return e;
+    if constexpr (cluster_kernel != nullptr)
+      if (rp.cluster > 1 && allow_smem<cluster_kernel>(smem) != cudaSuccess) {
+        (void)cudaGetLastError();
+        rp.cluster = 1;
+      }
     if constexpr (cluster_kernel == nullptr) rp.cluster = 1;
     for (;;) {
       col_grads = Op::kParamGrad && p.slots > 0 && p.n > int64_t(rp.cluster) * p.tpr * items;
