@@ -270,6 +270,10 @@ def build_rows(torch, numel):
            ("tanh", "tanh", ["normal", "tanh_out"], BW("tanh_backward"), [], 1, ""),
            ("relu", "relu", ["normal", "relu_out"], BW("threshold_backward", 0.0), [], 1,
             "torch: threshold_backward"),
+           ("logit", "logit", ["normal", "prob"], BW("logit_backward"), [-1.0], 1, ""),
+           ("atan2", "atan2", ["normal", "normal", "normal"],
+            (lambda i, o: _atan2_grads(i, o), lambda i: _atan2_grads(i, None)), [], 2,
+            "torch: autograd's formula, grad*other/(self^2+other^2) and -grad*self/(...)"),
            ("mul", "mul", ["normal", "normal", "normal"],
             (lambda i, o: (torch.mul(i[0], i[2], out=o[0]), torch.mul(i[0], i[1], out=o[1])),
              lambda i: (i[0] * i[2], i[0] * i[1])), [], 2, "torch: 2 mul"),
@@ -279,6 +283,18 @@ def build_rows(torch, numel):
     for label, op, specs, tfns, params, nout, note in bws:
         nary(label, op, specs, tfns, params=params, nout=nout, bw=True, note=note)
     return rows
+
+
+def _atan2_grads(i, o):
+    """torch autograd's atan2 backward (FunctionsManual.cpp): recip = 1 / (self^2 + other^2);
+    (grad * other * recip, grad * -self * recip), into `o` when given."""
+    g, a, b = i
+    recip = (a * a + b * b).reciprocal_()
+    if o is None:
+        return g * b * recip, g * -a * recip
+    torch.mul(g * b, recip, out=o[0])
+    torch.mul(g * -a, recip, out=o[1])
+    return o
 
 
 def select_rows(rows, args):

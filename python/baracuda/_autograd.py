@@ -45,24 +45,38 @@ if torch is not None:
     # on torch's current stream anyway.
     _to_dlpack = getattr(torch._C, "_to_dlpack", None) or torch.utils.dlpack.to_dlpack
     _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # cheaper than current_stream()
+_DL_SPECIAL = set(_REINTERPRET)
+if torch is not None:
+    _DL_SPECIAL |= {d for d in (getattr(torch, n, None) for n in ("complex32", "complex64", "complex128")) if d}
 
 
 def current_stream(device):
-    """torch's current cudaStream_t on `device`, as an integer."""
+    """torch's current cudaStream_t on `device` (a torch.device or a device index), as an integer."""
+    if isinstance(device, int):
+        return _raw_stream(device) if _raw_stream is not None else torch.cuda.current_stream(device).cuda_stream
     if _raw_stream is not None:
         return _raw_stream(device.index if device.index is not None else torch.cuda.current_device())
     return torch.cuda.current_stream(device).cuda_stream
 
 
-def dl(t):
-    """A torch tensor as something _C accepts."""
-    if t.requires_grad:
-        t = t.detach()
+def _dl_special(t):
+    """dl() of the dtypes that need more than an export: complex (lazy conj/neg bits resolved)
+    and the dtypes DLPack cannot carry (a same-size carrier plus the real dtype's name)."""
     if t.is_complex() and (t.is_conj() or t.is_neg()):
         t = t.resolve_conj().resolve_neg()
     r = _REINTERPRET.get(t.dtype)
     if r is not None:
         return (_to_dlpack(t.view(r[0])), r[1])
+    return _to_dlpack(t)
+
+
+def dl(t):
+    """A torch tensor as something _C accepts. On every call's path: one dict probe decides
+    whether the dtype needs more than torch's C-level export."""
+    if t.requires_grad:
+        t = t.detach()
+    if t.dtype in _DL_SPECIAL:
+        return _dl_special(t)
     return _to_dlpack(t)
 
 

@@ -15,6 +15,8 @@ Outputs are torch tensors on the input's device; kernels run on ``torch.cuda.cur
 The reduced axis may be any axis and any stride (a strided path); normalized dims of layer/rms
 norm that do not merge into one strided dim are copied to a contiguous tensor first.
 """
+import math
+
 from . import _C
 from ._autograd import current_stream, dl, require_torch, torch
 
@@ -33,15 +35,14 @@ def _run(op, backward, tensors, device, axis=-1, norm_ndim=1, eps=1e-5, want_wor
     """Runs one plan; `tensors` maps NormArgs roles to torch tensors (None entries are dropped);
     `params` holds the other scalars: normalize's p, gumbel_softmax's tau, hard, seed, offset, the
     channel ops' num_groups, training, momentum, size, alpha, beta, k."""
-    live = {k: v for k, v in tensors.items() if v is not None}
     ws = None
     if want_workspace:  # DLPack capsules are single-use: each _C call gets its own export
-        n = _C.norm_workspace_size(op, backward, {k: dl(v) for k, v in live.items()}, axis, norm_ndim, float(eps),
-                                   params)
+        n = _C.norm_workspace_size(op, backward, {k: dl(v) for k, v in tensors.items() if v is not None}, axis,
+                                   norm_ndim, float(eps), params)
         if n:
             ws = dl(torch.empty(n, dtype=torch.uint8, device=device))
-    _C.norm(op, backward, {k: dl(v) for k, v in live.items()}, axis, norm_ndim, float(eps), current_stream(device), ws,
-            True, params)
+    _C.norm(op, backward, {k: dl(v) for k, v in tensors.items() if v is not None}, axis, norm_ndim, float(eps),
+            current_stream(device), ws, True, params)
 
 
 def _like(x):
@@ -52,7 +53,7 @@ def _like(x):
 def _check_cuda(name, x):
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"baracuda.functional.{name}: expected a tensor, got {type(x).__name__}")
-    if x.device.type != "cuda":
+    if not x.is_cuda:  # (is_cuda: a flag; x.device builds an object)
         raise RuntimeError(f"baracuda.functional.{name}: tensors must be on a CUDA device, got {x.device}")
 
 
@@ -72,12 +73,14 @@ def _softmax_dim(name, dim, ndim):
 def _normalized_ndim(name, x, normalized_shape):
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
-    shape = tuple(int(s) for s in normalized_shape)
+    shape = tuple(normalized_shape)
+    if not all(type(s) is int for s in shape):
+        shape = tuple(int(s) for s in shape)
     k = len(shape)
     if k == 0:
         raise RuntimeError(f"{name}: Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
                            "least one element, but got normalized_shape = []")
-    if x.dim() < k or tuple(x.shape[x.dim() - k:]) != shape:
+    if x.dim() < k or x.shape[x.dim() - k:] != shape:
         raise RuntimeError(f"{name}: Given normalized_shape={list(shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, shape))}], but got input of size{list(x.shape)}")
     return k, shape
@@ -85,6 +88,8 @@ def _normalized_ndim(name, x, normalized_shape):
 
 def _merges(x, k):
     """Whether the trailing k dims of x collapse into one strided dim (else the kernel refuses)."""
+    if x.is_contiguous():
+        return True
     expect = None
     for d in range(x.dim() - 1, x.dim() - k - 1, -1):
         if x.shape[d] == 1:
@@ -99,11 +104,11 @@ def _param(name, p, what, shape, x):
     if p is None:
         return None
     _check_cuda(name, p)
-    if tuple(p.shape) != shape:
+    if p.shape != shape:
         raise RuntimeError(f"{name}: {what} shape expected {list(shape)} (normalized_shape), got {list(p.shape)}")
     if p.dtype != x.dtype and not (p.dtype == torch.float32 and x.dtype in (torch.float16, torch.bfloat16)):
         p = p.to(x.dtype)  # torch promotes; baracuda takes x's dtype or f32 for f16/bf16 inputs
-    return p.contiguous()
+    return p if p.is_contiguous() else p.contiguous()
 
 
 def _stats_dtype(x):
@@ -111,10 +116,7 @@ def _stats_dtype(x):
 
 
 def _rows(x, k):
-    n = 1
-    for s in x.shape[:x.dim() - k]:
-        n *= s
-    return n
+    return math.prod(x.shape[:x.dim() - k])
 
 
 # ---- raw forward / backward ----------------------------------------------------------------------
@@ -167,8 +169,8 @@ def _norm_fw(op, x, k, weight, bias, eps, residual=None):
     y = _like(x)
     h = _like(x) if residual is not None else None
     st = _stats_dtype(x)
-    mean = torch.empty(rows, dtype=st, device=x.device) if op == "layer_norm" else None
-    rstd = torch.empty(rows, dtype=st, device=x.device)
+    mean = x.new_empty(rows, dtype=st) if op == "layer_norm" else None  # new_empty: half torch.empty's host time
+    rstd = x.new_empty(rows, dtype=st)
     if x.numel():
         _run(op, False, {"x": x, "residual": residual, "weight": weight, "bias": bias, "out": y, "residual_out": h,
                          "save_mean": mean, "save_rstd": rstd}, x.device, norm_ndim=k, eps=eps)
@@ -186,8 +188,8 @@ def _norm_bw(op, grad, x, k, mean, rstd, weight, need_dw, need_db, param_dtype):
         grad = grad.contiguous()
     shape = tuple(x.shape[x.dim() - k:])
     dx = _like(x)
-    dw = torch.empty(shape, dtype=param_dtype, device=x.device) if need_dw else None
-    db = torch.empty(shape, dtype=param_dtype, device=x.device) if need_db else None
+    dw = x.new_empty(shape, dtype=param_dtype) if need_dw else None
+    db = x.new_empty(shape, dtype=param_dtype) if need_db else None
     if x.numel() or dw is not None or db is not None:
         _run(op, True, {"dy": grad, "x": x, "mean": mean, "rstd": rstd, "weight": weight, "out": dx,
                         "dweight": dw, "dbias": db}, x.device, norm_ndim=k,

@@ -53,6 +53,8 @@ Call make_call(const std::string& name, bool backward, const std::vector<nb::obj
       (differentiable && (inputs.size() != want_in || outputs.size() != want_out)))
     fail(label + ": expected " + std::to_string(want_in) + " input tensor(s) and " + std::to_string(want_out) +
          " output tensor(s), got " + std::to_string(inputs.size()) + " and " + std::to_string(outputs.size()));
+  c.ins.reserve(inputs.size());
+  c.outs.reserve(outputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) c.ins.push_back(to_view(label, inputs[i], "input", i, false));
   for (size_t i = 0; i < outputs.size(); ++i) c.outs.push_back(to_view(label, outputs[i], "output", i, true));
   c.device = !c.ins.empty() ? c.ins[0].device : (!c.outs.empty() ? c.outs[0].device : -1);

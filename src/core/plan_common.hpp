@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <map>
+#include <unordered_map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -28,7 +29,7 @@ std::string preference_key(const PlanPreference& p);
 /// cached plan. `select(target)` returns Result<Plan>. Bounded: cleared past 4096 entries.
 template <class Plan, class SelectFn>
 Result<const Plan*> cached_plan(const std::string& desc_key, const PlanPreference& pref, SelectFn&& select) {
-  thread_local std::map<std::string, Plan> cache;
+  thread_local std::unordered_map<std::string, Plan> cache;  // hashed: this lookup is on every call's path
   thread_local std::map<int, Target> targets;  // the caller may switch devices between calls
   int dev = -1;
   if (cudaGetDevice(&dev) != cudaSuccess) {
@@ -42,8 +43,10 @@ Result<const Plan*> cached_plan(const std::string& desc_key, const PlanPreferenc
     tgt = targets.emplace(dev, *t).first;
   }
   const Target* target = &tgt->second;
-  std::string key = desc_key + preference_key(pref);
-  key.append(reinterpret_cast<const char*>(&dev), sizeof(dev));
+  std::string key;
+  const std::string pk = preference_key(pref);
+  key.reserve(desc_key.size() + pk.size() + sizeof(dev));
+  key.append(desc_key).append(pk).append(reinterpret_cast<const char*>(&dev), sizeof(dev));
   auto found = cache.find(key);
   if (found == cache.end()) {
     Result<Plan> plan = select(*target);

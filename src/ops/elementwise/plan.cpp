@@ -390,8 +390,10 @@ Result<void> ElementwisePlan::can_implement(const ElementwiseArgs& a) const {
   const bool bw = desc_.direction == Direction::Backward;
 
   // Expected operands.
-  std::vector<detail::Operand> ops;
+  std::vector<detail::Operand> ops;  // at most 5 inputs + 3 outputs: reserved, no regrowth on every call's path
   std::vector<Shape> want;
+  ops.reserve(8);
+  want.reserve(8);
   int want_nin = in.nin, want_nout = 1;
   if (bw) {
     const bool needs_in = in.bw == BackwardNeeds::Inputs || in.bw == BackwardNeeds::InputsAndOutput;
@@ -410,6 +412,7 @@ Result<void> ElementwisePlan::can_implement(const ElementwiseArgs& a) const {
     want.push_back(s);
   };
   std::vector<DType> want_dt;
+  want_dt.reserve(8);
   if (!bw) {
     for (int i = 0; i < in.nin; ++i) {
       const DType dt = ((in.bool_inputs >> i) & 1) ? DType::b8 : desc_.dtype;
@@ -446,6 +449,7 @@ Result<void> ElementwisePlan::can_implement(const ElementwiseArgs& a) const {
   }
   // The tensors given, in the same order as `ops`.
   std::vector<DType> got_dt;
+  got_dt.reserve(8);
   for (int k = 0; k < a.nin; ++k) got_dt.push_back(a.in[k].dtype);
   for (int k = 0; k < a.nout; ++k) got_dt.push_back(a.out[k].dtype);
 
@@ -508,11 +512,11 @@ std::string_view ElementwisePlan::layout_for(const ElementwiseArgs& a) const {
 
 Result<void> ElementwisePlan::run(cudaStream_t stream, Workspace ws, const ElementwiseArgs& a) const {
   BARACUDA_TRY(can_implement(a));
-  const std::string label = op_label(desc_);
+  auto label = [&] { return op_label(desc_); };  // built only for a message: run is on every call's path
   const Shape& s = desc_.out_shape;
   if (s.numel() == 0) return {};
   if (ws.bytes < workspace_bytes_ || (workspace_bytes_ && !ws.ptr))
-    return make_error(Status::WorkspaceTooSmall, label + ": workspace expected >= " + std::to_string(workspace_bytes_) +
+    return make_error(Status::WorkspaceTooSmall, label() + ": workspace expected >= " + std::to_string(workspace_bytes_) +
                                                      " bytes, got " + std::to_string(ws.bytes));
   detail::EwParams p{};
   for (int i = 0; i < 4; ++i) {
@@ -523,12 +527,12 @@ Result<void> ElementwisePlan::run(cudaStream_t stream, Workspace ws, const Eleme
   const Launch l = plan_launch(desc_, a, ws.ptr);
   const auto it = plan_iter(desc_, a, l);
   cudaError_t e = entry_->launch(it, p, allow_vectorized_, stream);
-  if (e != cudaSuccess) return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
+  if (e != cudaSuccess) return make_error(Status::CudaError, label() + ": kernel launch failed: " + cudaGetErrorString(e));
   for (int g = 0; g < a.nout; ++g) {
     if (l.reduce_input[g] < 0) continue;
     e = detail::ew_sum_to_shape(desc_.dtype, l.outs[g].data, s, a.out[g], stream);
     if (e != cudaSuccess)
-      return make_error(Status::CudaError, label + ": gradient reduction failed: " + cudaGetErrorString(e));
+      return make_error(Status::CudaError, label() + ": gradient reduction failed: " + cudaGetErrorString(e));
   }
   return {};
 }
