@@ -282,6 +282,39 @@ def test_short_math_bf16_every_input(name):
 
 
 @needs_cuda
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", ["lgamma", "digamma", "polygamma1"])
+def test_lut16_large_tensor(name, dtype):
+    """Past 2^22 elements the 16-bit plan reads a table of its own kernel's results (lut16.hpp):
+    every bit pattern 64 times in random order, against torch (NaN positions; values of x > 0
+    within the dtype's rounding), and bit for bit (NaN payloads too) against the direct kernel,
+    which a small tensor and a misaligned view of the large one take."""
+    from baracuda import _C
+    from baracuda._autograd import dl
+
+    dt = getattr(torch, dtype)
+    ours_fn, ref_fn = _SHORT_UNARY[name]
+    every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dt).cuda()
+    g = torch.Generator(device="cuda").manual_seed(5)
+    idx = torch.randint(0, 65536, (64 * 65536 + 5,), device="cuda", generator=g)  # + 5: a tail past 8
+    x = every[idx]
+    out = torch.empty_like(x)
+    params = [1.0] if name == "polygamma1" else []
+    op = "polygamma" if name == "polygamma1" else name
+    assert "layout=contiguous-lut16" in _C.sku(op, False, [dl(x)], [dl(out)], params)
+    got = ours_fn(x)
+    direct = ours_fn(every)  # 65536 elements: the direct kernel
+    assert torch.equal(got.view(torch.int16), direct[idx].view(torch.int16)), f"{name}: table != direct kernel"
+    shifted = ours_fn(x[1:])  # 2-byte offset: not 16-byte aligned, the direct kernel again
+    assert torch.equal(shifted.view(torch.int16), got[1:].view(torch.int16))
+    want = ref_fn(x)
+    assert torch.equal(torch.isnan(got), torch.isnan(want)), f"{name}: NaN positions differ"
+    pos = (x > 0) & torch.isfinite(want)
+    torch.testing.assert_close(got[pos].float(), want[pos].float(), rtol=1.6e-2 if dtype == "bfloat16" else 2e-3,
+                               atol=1e-5)
+
+
+@needs_cuda
 @pytest.mark.parametrize("name", ["lgamma", "digamma", "polygamma1"])
 def test_short_math_f32_dense(name):
     """f32: a dense sweep of (0, 40] against torch, within a few ulp (ulp of the result; psi's

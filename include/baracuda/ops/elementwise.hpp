@@ -130,8 +130,8 @@ class ElementwisePlan {
   const KernelSku& sku() const { return sku_; }
   const PrecisionGuarantee& precision() const { return sku_.precision; }
   const ElementwiseDesc& desc() const { return desc_; }
-  /// The kernel variant run() would take for these tensors ("contiguous-vec16", "strided-i32",
-  /// "strided-i64", "empty").
+  /// The kernel variant run() would take for these tensors ("contiguous-lut16",
+  /// "contiguous-vec16", "inner-contiguous-vec16", "strided-i32", "strided-i64", "empty").
   std::string_view layout_for(const ElementwiseArgs& args) const;
 
  private:
@@ -140,6 +140,11 @@ class ElementwisePlan {
   const detail::EwEntry* entry_ = nullptr;
   size_t workspace_bytes_ = 0;
   bool allow_vectorized_ = true;
+  // 16-bit unary ops that are compute-bound in their direct kernel read a table of all 65536
+  // results instead (src/ops/elementwise/lut16.hpp); null when not taken.
+  const void* lut_ = nullptr;
+  int lut_device_ = -1;
+  int num_sms_ = 0;
 };
 
 /// One-line convenience: select (cached per thread by descriptor) and run. For callers who

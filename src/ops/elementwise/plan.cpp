@@ -12,6 +12,7 @@
 #include "core/operands.hpp"
 #include "core/plan_common.hpp"
 #include "ops/elementwise/ew_registry.hpp"
+#include "ops/elementwise/lut16.hpp"
 
 namespace baracuda {
 
@@ -301,6 +302,31 @@ struct EwImpl {
 constexpr EwImpl kEwImpls[] = {{"native-engine", native_accepts}};
 }  // namespace
 
+namespace {
+detail::EwParams ew_params(const ElementwiseDesc& d) {
+  detail::EwParams p{};
+  for (int i = 0; i < 4; ++i) {
+    p.d[i] = d.params[i];
+    p.f[i] = static_cast<float>(d.params[i]);
+  }
+  return p;
+}
+/// Forward 16-bit unary ops whose direct kernel is compute-bound (H100, 2^27 bf16 elements, with
+/// their short forms: lgamma 61%, digamma 83%, polygamma(1) 54% of copy bandwidth): lut16.hpp.
+bool lut16_op(const ElementwiseDesc& d) {
+  using E = ElementwiseOp;
+  return d.direction == Direction::Forward && (d.dtype == DType::bf16 || d.dtype == DType::f16) &&
+         d.out_dtype == d.dtype && (d.op == E::lgamma || d.op == E::digamma || d.op == E::polygamma);
+}
+/// The table's conditions on the tensors of a call (beyond the plan's): one contiguous,
+/// 16-byte-aligned run of elements for input and output, on the device the table lives on.
+bool lut16_fits(const detail::EwIter& it, int lut_device) {
+  if (!it.contiguous || it.scalar_mask != 0 || !it.aligned16) return false;
+  int dev = -1;
+  return cudaGetDevice(&dev) == cudaSuccess && dev == lut_device;
+}
+}  // namespace
+
 Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const ElementwiseDesc& desc,
                                                 const PlanPreference& pref) {
   if (static_cast<size_t>(desc.op) >= std::size(kOps))
@@ -368,6 +394,21 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
   }
   if (desc.op == ElementwiseOp::cast)
     p.sku_.precision.note = desc.params[0] != 0 ? "saturating to the finite range" : "torch overflow rules";
+  if (lut16_op(desc) && p.allow_vectorized_ && desc.out_shape.numel() >= detail::kLut16MinNumel && target.device >= 0) {
+    int dev = -1;
+    if (cudaGetDevice(&dev) == cudaSuccess && dev == target.device) {
+      p.lut_ = detail::ew_lut16_table(e, ew_params(desc));
+      p.lut_device_ = dev;
+      p.num_sms_ = target.num_sms;
+    } else {
+      (void)cudaGetLastError();
+    }
+    if (p.lut_) {
+      p.sku_.layout = "auto (lut16|vec16|strided-i32|strided-i64)";
+      p.sku_.precision.note += "; contiguous tensors read a table of this kernel's results for all 65536 inputs "
+                               "(bit-identical)";
+    }
+  }
   if (bw) {
     size_t ws = 0;
     int gi = 0;
@@ -505,6 +546,7 @@ std::string_view ElementwisePlan::layout_for(const ElementwiseArgs& a) const {
   // Workspace slices are 256-byte aligned: a fake aligned base gives the same decision.
   const Launch l = plan_launch(desc_, a, reinterpret_cast<void*>(uintptr_t{256}));
   const auto it = plan_iter(desc_, a, l);
+  if (lut_ && lut16_fits(it, lut_device_)) return "contiguous-lut16";
   if (allow_vectorized_ && detail::ew_can_vectorize(it, entry_->vec))
     return it.rank <= 1 ? "contiguous-vec16" : "inner-contiguous-vec16";
   return it.fits_i32 ? "strided-i32" : "strided-i64";
@@ -518,15 +560,14 @@ Result<void> ElementwisePlan::run(cudaStream_t stream, Workspace ws, const Eleme
   if (ws.bytes < workspace_bytes_ || (workspace_bytes_ && !ws.ptr))
     return make_error(Status::WorkspaceTooSmall, label() + ": workspace expected >= " + std::to_string(workspace_bytes_) +
                                                      " bytes, got " + std::to_string(ws.bytes));
-  detail::EwParams p{};
-  for (int i = 0; i < 4; ++i) {
-    p.d[i] = desc_.params[i];
-    p.f[i] = static_cast<float>(desc_.params[i]);
-  }
+  const detail::EwParams p = ew_params(desc_);
   // Gradients of broadcast inputs go to dense workspace slices first.
   const Launch l = plan_launch(desc_, a, ws.ptr);
   const auto it = plan_iter(desc_, a, l);
-  cudaError_t e = entry_->launch(it, p, allow_vectorized_, stream);
+  cudaError_t e = lut_ && lut16_fits(it, lut_device_)
+                      ? detail::ew_lut16_launch(static_cast<const uint16_t*>(lut_), it.ptr[1], it.ptr[0], it.numel,
+                                                num_sms_, stream)
+                      : entry_->launch(it, p, allow_vectorized_, stream);
   if (e != cudaSuccess) return make_error(Status::CudaError, label() + ": kernel launch failed: " + cudaGetErrorString(e));
   for (int g = 0; g < a.nout; ++g) {
     if (l.reduce_input[g] < 0) continue;

@@ -1,0 +1,133 @@
+// See lut16.hpp.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <tuple>
+#include <vector>
+
+#include "kernels/common/smem_optin.cuh"
+#include "ops/elementwise/lut16.hpp"
+
+namespace baracuda::detail {
+namespace {
+
+constexpr int kLutThreads = 1024;     // one CTA an SM (the table takes 128 KiB of shared memory)
+constexpr int kLutUnroll = 4;         // 16-byte loads in flight a thread: 64 KiB an SM, past Little's law
+constexpr int kLutWords = 65536 / 8;  // the table as uint4
+
+__device__ __forceinline__ uint32_t lut_pair(const uint16_t* t, uint32_t w) {
+  return static_cast<uint32_t>(t[w & 0xffffu]) | (static_cast<uint32_t>(t[w >> 16]) << 16);
+}
+
+__global__ void __launch_bounds__(kLutThreads, 1)
+    lut16_kernel(const uint4* __restrict__ table, const uint4* __restrict__ in, uint4* __restrict__ out, int64_t nvec,
+                 const uint16_t* __restrict__ in_tail, uint16_t* __restrict__ out_tail, int tail) {
+  extern __shared__ uint4 smem[];
+  for (int i = threadIdx.x; i < kLutWords; i += kLutThreads) smem[i] = __ldg(table + i);
+  __syncthreads();
+  const uint16_t* t = reinterpret_cast<const uint16_t*>(smem);
+  const int64_t stride = int64_t(gridDim.x) * kLutThreads;
+  int64_t i = int64_t(blockIdx.x) * kLutThreads + threadIdx.x;
+  for (; i + (kLutUnroll - 1) * stride < nvec; i += kLutUnroll * stride) {
+    uint4 v[kLutUnroll];
+#pragma unroll
+    for (int u = 0; u < kLutUnroll; ++u) v[u] = __ldcs(in + i + u * stride);  // streamed: read once
+#pragma unroll
+    for (int u = 0; u < kLutUnroll; ++u)
+      __stcs(out + i + u * stride,
+             make_uint4(lut_pair(t, v[u].x), lut_pair(t, v[u].y), lut_pair(t, v[u].z), lut_pair(t, v[u].w)));
+  }
+  for (; i < nvec; i += stride) {
+    const uint4 v = __ldcs(in + i);
+    __stcs(out + i, make_uint4(lut_pair(t, v.x), lut_pair(t, v.y), lut_pair(t, v.z), lut_pair(t, v.w)));
+  }
+  if (blockIdx.x == 0 && threadIdx.x < tail) out_tail[threadIdx.x] = t[in_tail[threadIdx.x]];
+}
+
+struct TableKey {
+  int device;
+  const EwEntry* entry;
+  std::array<double, 4> params;
+  bool operator<(const TableKey& o) const {
+    return std::tie(device, entry, params) < std::tie(o.device, o.entry, o.params);
+  }
+};
+
+/// Builds the table on a private stream. Relaxed capture mode for the duration: a graph capture
+/// under way in another thread must neither refuse these calls nor be invalidated by them.
+uint16_t* build_table(const EwEntry* e, const EwParams& p) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) return nullptr;
+  uint16_t* buf = nullptr;  // [iota | table]
+  cudaStream_t s = nullptr;
+  bool ok = cudaMalloc(&buf, 2 * 65536 * sizeof(uint16_t)) == cudaSuccess &&
+            cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
+  if (ok) {
+    std::vector<uint16_t> iota(65536);
+    std::iota(iota.begin(), iota.end(), uint16_t{0});
+    ok = cudaMemcpyAsync(buf, iota.data(), 65536 * sizeof(uint16_t), cudaMemcpyHostToDevice, s) == cudaSuccess;
+    if (ok) {
+      const int64_t n = 65536;
+      TensorMut out{buf + 65536, e->out, Layout::contiguous(1, &n)};
+      TensorRef in{buf, e->in, Layout::contiguous(1, &n)};
+      const EwIter it =
+          make_ew_iter(std::span<const TensorMut>(&out, 1), std::span<const TensorRef>(&in, 1), 1, &n, false);
+      ok = e->launch(it, p, true, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess;
+    }
+  }
+  if (s) cudaStreamDestroy(s);
+  uint16_t* table = nullptr;
+  if (ok) {
+    // Keep only the table: copy it to its own allocation so the iota's 128 KiB go back.
+    ok = cudaMalloc(&table, 65536 * sizeof(uint16_t)) == cudaSuccess &&
+         cudaMemcpy(table, buf + 65536, 65536 * sizeof(uint16_t), cudaMemcpyDeviceToDevice) == cudaSuccess;
+    if (!ok && table) {
+      cudaFree(table);
+      table = nullptr;
+    }
+  }
+  if (buf) cudaFree(buf);
+  if (!ok) (void)cudaGetLastError();  // the direct kernel runs instead; leave no sticky error
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return table;
+}
+
+}  // namespace
+
+const uint16_t* ew_lut16_table(const EwEntry* e, const EwParams& p) {
+  if (!e) return nullptr;
+  int dev = -1;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  static std::mutex m;
+  static std::map<TableKey, uint16_t*> tables;  // process lifetime, like the vendor handle caches
+  TableKey key{dev, e, {p.d[0], p.d[1], p.d[2], p.d[3]}};
+  const std::lock_guard<std::mutex> lock(m);
+  auto it = tables.find(key);
+  if (it == tables.end()) it = tables.emplace(key, build_table(e, p)).first;  // a failure is remembered too
+  return it->second;
+}
+
+cudaError_t ew_lut16_launch(const uint16_t* table, const void* in, void* out, int64_t n, int num_sms,
+                            cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  constexpr size_t kSmem = 65536 * sizeof(uint16_t);
+  if (const cudaError_t e = kern::allow_smem<lut16_kernel>(kSmem); e != cudaSuccess) return e;
+  const int64_t nvec = n / 8;
+  const int tail = static_cast<int>(n - nvec * 8);
+  const int64_t want = (nvec + int64_t(kLutThreads) * kLutUnroll - 1) / (int64_t(kLutThreads) * kLutUnroll);
+  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, num_sms)));
+  lut16_kernel<<<grid, kLutThreads, kSmem, stream>>>(
+      reinterpret_cast<const uint4*>(table), static_cast<const uint4*>(in), static_cast<uint4*>(out), nvec,
+      static_cast<const uint16_t*>(in) + nvec * 8, static_cast<uint16_t*>(out) + nvec * 8, tail);
+  return cudaGetLastError();
+}
+
+}  // namespace baracuda::detail

@@ -1,0 +1,32 @@
+// 16-bit unary ops through a table of all 65536 inputs (ElementwisePlan's lut16 variant).
+//
+// Why: a unary op on bf16/f16 storage has only 65536 distinct inputs. Where the direct kernel is
+// compute-bound in 16-bit (lgamma, digamma, polygamma: 54-83% of copy bandwidth on H100 with
+// their short forms), a table makes it a gather from shared memory at copy bandwidth. The table
+// is the op's own direct kernel run once over every bit pattern, so results are bit-identical to
+// the direct path (NaN payloads included).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ops/elementwise/ew_registry.hpp"
+
+namespace baracuda::detail {
+
+/// Tensors at least this large take the table (its 128 KiB are loaded into every SM's shared
+/// memory once per launch, ~2 us: amortized from here on).
+inline constexpr int64_t kLut16MinNumel = int64_t{1} << 22;
+
+/// The table of a unary 16-bit -> 16-bit forward `entry` with params `p` on the current device:
+/// built on first request (entry over every bit pattern, on a private stream, synchronized) and
+/// kept for the process's lifetime (128 KiB per device, op, dtype and params). nullptr when it
+/// cannot be built (no device, allocation refused); the caller then runs the entry directly.
+/// Thread-safe. Never called during run(): plans request it in select().
+const uint16_t* ew_lut16_table(const EwEntry* entry, const EwParams& p);
+
+/// out[i] = table[in[i]] for n contiguous 16-bit elements; `in` and `out` 16-byte aligned.
+cudaError_t ew_lut16_launch(const uint16_t* table, const void* in, void* out, int64_t n, int num_sms,
+                            cudaStream_t stream);
+
+}  // namespace baracuda::detail
