@@ -81,6 +81,15 @@ def _valid_matrix(t):
     return (row or col) and all(s >= 0 for s in t.stride())
 
 
+def _linear_fw(x, w, bias, act, keep_aux):
+    """(y, aux): y = act(x @ w^T + bias) for matrices x [T, K], w [N, K]; aux = the pre-activation
+    (for the backward) when keep_aux."""
+    d = x.new_empty((x.shape[0], w.shape[0]))
+    aux = torch.empty_like(d) if keep_aux else None
+    _run(x, w.t(), d, bias=_aligned16(bias), aux=aux, act=act)
+    return d, aux
+
+
 def _mat(t):
     return t if _valid_matrix(t) else t.contiguous()
 
@@ -94,7 +103,7 @@ def _check_cuda(name, *ts):
     for t in ts:
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected tensors, got {type(t).__name__}")
-        if t is not None and t.device.type != "cuda":
+        if t is not None and not t.is_cuda:
             raise RuntimeError(f"{name}: expected CUDA tensors, got a tensor on {t.device}")
 
 
@@ -165,9 +174,7 @@ if torch is not None:
         @staticmethod
         def forward(ctx, x, w, bias, act):
             x, w = _mat(x), _mat(w)
-            d = torch.empty((x.shape[0], w.shape[0]), dtype=x.dtype, device=x.device)
-            aux = torch.empty_like(d) if act != "none" and any(ctx.needs_input_grad[:3]) else None
-            _run(x, w.t(), d, bias=_aligned16(bias), aux=aux, act=act)
+            d, aux = _linear_fw(x, w, bias, act, act != "none" and any(ctx.needs_input_grad[:3]))
             ctx.save_for_backward(x, w, aux)
             ctx.act = act
             return d
@@ -244,7 +251,12 @@ def linear(input, weight, bias=None, *, activation="none"):
         raise ValueError(f"linear: activation expected one of {_ACTS}, got {activation!r}")
     lead = input.shape[:-1]
     x = input.reshape(-1, input.shape[-1])
-    return _LinearFn.apply(x, weight, bias, activation).reshape(*lead, weight.shape[0])
+    if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad or
+                                    (bias is not None and bias.requires_grad)):
+        y = _LinearFn.apply(x, weight, bias, activation)
+    else:  # nothing to record: the autograd.Function's own cost (several us a call) is saved
+        y = _linear_fw(_mat(x), _mat(weight), bias, activation, False)[0]
+    return y.reshape(*lead, weight.shape[0])
 
 
 def mm(input, mat2, *, out=None):
