@@ -59,42 +59,35 @@ struct TableKey {
 };
 
 /// Builds the table on a private stream. Relaxed capture mode for the duration: a graph capture
-/// under way in another thread must neither refuse these calls nor be invalidated by them.
+/// under way in another thread must neither refuse these calls nor be invalidated by them. Only
+/// calls that cannot touch a captured stream: an allocation, a non-blocking stream of our own, its
+/// copy, launch and synchronize. The allocation is kept whole ([iota | table], 256 KiB): freeing
+/// the iota half would need cudaFree, which may synchronize the device.
 uint16_t* build_table(const EwEntry* e, const EwParams& p) {
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) return nullptr;
-  uint16_t* buf = nullptr;  // [iota | table]
+  uint16_t* buf = nullptr;
   cudaStream_t s = nullptr;
   bool ok = cudaMalloc(&buf, 2 * 65536 * sizeof(uint16_t)) == cudaSuccess &&
             cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
   if (ok) {
     std::vector<uint16_t> iota(65536);
     std::iota(iota.begin(), iota.end(), uint16_t{0});
-    ok = cudaMemcpyAsync(buf, iota.data(), 65536 * sizeof(uint16_t), cudaMemcpyHostToDevice, s) == cudaSuccess;
-    if (ok) {
-      const int64_t n = 65536;
-      TensorMut out{buf + 65536, e->out, Layout::contiguous(1, &n)};
-      TensorRef in{buf, e->in, Layout::contiguous(1, &n)};
-      const EwIter it =
-          make_ew_iter(std::span<const TensorMut>(&out, 1), std::span<const TensorRef>(&in, 1), 1, &n, false);
-      ok = e->launch(it, p, true, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess;
-    }
+    const int64_t n = 65536;
+    TensorMut out{buf + 65536, e->out, Layout::contiguous(1, &n)};
+    TensorRef in{buf, e->in, Layout::contiguous(1, &n)};
+    const EwIter it =
+        make_ew_iter(std::span<const TensorMut>(&out, 1), std::span<const TensorRef>(&in, 1), 1, &n, false);
+    ok = cudaMemcpyAsync(buf, iota.data(), 65536 * sizeof(uint16_t), cudaMemcpyHostToDevice, s) == cudaSuccess &&
+         e->launch(it, p, true, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess;
   }
   if (s) cudaStreamDestroy(s);
-  uint16_t* table = nullptr;
-  if (ok) {
-    // Keep only the table: copy it to its own allocation so the iota's 128 KiB go back.
-    ok = cudaMalloc(&table, 65536 * sizeof(uint16_t)) == cudaSuccess &&
-         cudaMemcpy(table, buf + 65536, 65536 * sizeof(uint16_t), cudaMemcpyDeviceToDevice) == cudaSuccess;
-    if (!ok && table) {
-      cudaFree(table);
-      table = nullptr;
-    }
+  if (!ok) {
+    (void)cudaGetLastError();  // the direct kernel runs instead; leave no sticky error
+    buf = nullptr;             // (a failed build keeps its allocation, if any: at most once per key)
   }
-  if (buf) cudaFree(buf);
-  if (!ok) (void)cudaGetLastError();  // the direct kernel runs instead; leave no sticky error
   cudaThreadExchangeStreamCaptureMode(&mode);
-  return table;
+  return ok ? buf + 65536 : nullptr;
 }
 
 }  // namespace
@@ -103,6 +96,14 @@ const uint16_t* ew_lut16_table(const EwEntry* e, const EwParams& p) {
   if (!e) return nullptr;
   int dev = -1;
   if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  // The gather kernel keeps the table in shared memory: devices whose opt-in limit is below
+  // 128 KiB (sm_86 / sm_89: 99 KiB) run the direct kernel.
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      optin < static_cast<int>(65536 * sizeof(uint16_t))) {
     (void)cudaGetLastError();
     return nullptr;
   }
