@@ -21,7 +21,25 @@ def parse_args(argv=None):
     p.add_argument("--rows", type=int, default=16, help="rows of the [rows, 4096] bf16 activations")
     p.add_argument("--out-dir", default=bench.RESULTS_DIR)
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--profile", default="", help="comma-separated call names (prefixes): print cProfile's "
+                   "top functions of the baracuda side of each")
     return p.parse_args(argv)
+
+
+def profile(name, fn, calls):
+    import cProfile
+    import io
+    import pstats
+
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(calls):
+        fn()
+    pr.disable()
+    out = io.StringIO()
+    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(20)
+    print(f"[overhead] cProfile of baracuda {name} ({calls} calls; nanobind functions count in their caller's "
+          f"tottime)\n" + "\n".join(out.getvalue().splitlines()[:45]))
 
 
 def per_call_us(fn, calls):
@@ -83,6 +101,8 @@ def main(argv=None):
         except Exception as e:  # noqa: BLE001 - reported in the row
             t_ours, err = None, bench.short_error(e)
         rows.append({"call": name, "torch_us": t_ref, "baracuda_us": t_ours, "error": err})
+        if err is None and any(name.startswith(p) for p in args.profile.split(",") if p):
+            profile(name, ours, min(args.calls, 2000))
         print(f"[overhead] {name:28s} torch {t_ref:7.2f} us  baracuda "
               f"{t_ours if t_ours is None else round(t_ours, 2)} us", flush=True)
     head = bench.md_header("Host cost per call: baracuda.functional vs torch (small tensors)", info, 0.0, 0)
