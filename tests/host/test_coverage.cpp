@@ -204,5 +204,25 @@ TEST(CoverageRegistry, EveryFamilyRegistersRows) {
   for (const auto& row : coverage(Target::offline())) families.insert(row.family);
   EXPECT_TRUE(families.count("elementwise"));
 }
+// ---- lut16 (src/ops/elementwise/lut16.hpp) ---------------------------------------------------------
+// The table variant is built on a device in select(); an offline target (no GPU: coverage, CI) must
+// never take it, whatever the size, and the plan's layout stays the direct kernel's.
+TEST(Lut16, OfflineSelectKeepsTheDirectKernel) {
+  for (DType t : {DType::bf16, DType::f16}) {
+    for (ElementwiseOp op : {ElementwiseOp::lgamma, ElementwiseOp::digamma, ElementwiseOp::polygamma}) {
+      SCOPED_TRACE(std::string(info(op).name) + " " + std::string(name(t)));
+      const Shape big = Shape::of({int64_t{1} << 23});
+      auto plan = ElementwisePlan::select(Target::offline(), ElementwiseDesc::make(op, t, {big}));
+      ASSERT_TRUE(plan.ok()) << plan.message();
+      EXPECT_EQ(plan->sku().layout.find("lut16"), std::string::npos) << plan->sku().layout;
+      ElementwiseArgs a;
+      const Layout l = Layout::contiguous({int64_t{1} << 23});
+      a.in[a.nin++] = TensorRef{test::fake_ptr(0), t, l};
+      a.out[a.nout++] = TensorMut{test::fake_ptr(1), t, l};
+      EXPECT_EQ(std::string(plan->layout_for(a)), "contiguous-vec16");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace baracuda
