@@ -19,6 +19,7 @@ namespace {
 constexpr int kLutThreads = 1024;     // one CTA an SM (the table takes 128 KiB of shared memory)
 constexpr int kLutUnroll = 4;         // 16-byte loads in flight a thread: 64 KiB an SM, past Little's law
 constexpr int kLutWords = 65536 / 8;  // the table as uint4
+constexpr size_t kLutSmemBytes = 65536 * sizeof(uint16_t);
 
 __device__ __forceinline__ uint32_t lut_pair(const uint16_t* t, uint32_t w) {
   return static_cast<uint32_t>(t[w & 0xffffu]) | (static_cast<uint32_t>(t[w >> 16]) << 16);
@@ -100,10 +101,9 @@ const uint16_t* ew_lut16_table(const EwEntry* e, const EwParams& p) {
     return nullptr;
   }
   // The gather kernel keeps the table in shared memory: devices whose opt-in limit is below
-  // 128 KiB (sm_86 / sm_89: 99 KiB) run the direct kernel.
-  int optin = 0;
-  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-      optin < static_cast<int>(65536 * sizeof(uint16_t))) {
+  // 128 KiB (sm_86 / sm_89: 99 KiB) run the direct kernel. The kernel's own opt-in answers that
+  // (and makes the launch's later call a cached comparison).
+  if (kern::allow_smem<lut16_kernel>(kLutSmemBytes) != cudaSuccess) {
     (void)cudaGetLastError();
     return nullptr;
   }
@@ -119,13 +119,12 @@ const uint16_t* ew_lut16_table(const EwEntry* e, const EwParams& p) {
 cudaError_t ew_lut16_launch(const uint16_t* table, const void* in, void* out, int64_t n, int num_sms,
                             cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  constexpr size_t kSmem = 65536 * sizeof(uint16_t);
-  if (const cudaError_t e = kern::allow_smem<lut16_kernel>(kSmem); e != cudaSuccess) return e;
+  if (const cudaError_t e = kern::allow_smem<lut16_kernel>(kLutSmemBytes); e != cudaSuccess) return e;
   const int64_t nvec = n / 8;
   const int tail = static_cast<int>(n - nvec * 8);
   const int64_t want = (nvec + int64_t(kLutThreads) * kLutUnroll - 1) / (int64_t(kLutThreads) * kLutUnroll);
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, num_sms)));
-  lut16_kernel<<<grid, kLutThreads, kSmem, stream>>>(
+  lut16_kernel<<<grid, kLutThreads, kLutSmemBytes, stream>>>(
       reinterpret_cast<const uint4*>(table), static_cast<const uint4*>(in), static_cast<uint4*>(out), nvec,
       static_cast<const uint16_t*>(in) + nvec * 8, static_cast<uint16_t*>(out) + nvec * 8, tail);
   return cudaGetLastError();
