@@ -35,23 +35,32 @@ def _tf32():
 _WORKSPACE = {}  # (device index, stream) -> uint8 buffer reused by every GEMM on that stream
 
 
-def _dl_opt(t):
-    return None if t is None else dl(t)
-
-
 def _run(a, b, d, *, c=None, bias=None, aux=None, aux_in=None, bgrad=None, alpha=1.0, beta=0.0, act="none",
          backward=False, bgrad_of="none", a_scale=None, b_scale=None, amax_d=None):
     """D = epilogue(alpha*A@B + beta*C): rank-3 (or all rank-2) views, D preallocated."""
     dev = d.device
     stream = current_stream(dev)
     key = (dev.index, stream)
-    opt = dict(c=c, bias=bias, aux=aux, aux_in=aux_in, bgrad=bgrad, a_scale=a_scale, b_scale=b_scale, amax_d=amax_d)
-    # torch's TF32 flag concerns float32 products only (a tf32 request for int8 / fp8 is refused).
-    scal = dict(alpha=float(alpha), beta=float(beta), act=act, backward=backward, bgrad_of=bgrad_of,
-                tf32=_tf32() and a.dtype == torch.float32)
+    # Only the optional tensors and scalars that differ from _C.gemm's defaults travel as keywords:
+    # each keyword is parsed per call, and a decode GEMM's launch is a few microseconds.
+    opt = {k: v for k, v in (("c", c), ("bias", bias), ("aux", aux), ("aux_in", aux_in), ("bgrad", bgrad),
+                             ("a_scale", a_scale), ("b_scale", b_scale), ("amax_d", amax_d)) if v is not None}
+    scal = {}
+    if alpha != 1.0 or beta != 0.0:
+        scal.update(alpha=float(alpha), beta=float(beta))
+    if act != "none":
+        scal["act"] = act
+    if backward:
+        scal["backward"] = True
+    if bgrad_of != "none":
+        scal["bgrad_of"] = bgrad_of
+    # torch's TF32 flag concerns float32 products only (a tf32 request for int8 / fp8 is refused);
+    # reading it costs microseconds (a warnings context on recent torch), so only then.
+    if a.dtype == torch.float32 and _tf32():
+        scal["tf32"] = True
 
     def call(ws):  # DLPack capsules are single-use: export afresh for every call
-        kw = {k: _dl_opt(v) for k, v in opt.items()}
+        kw = {k: dl(v) for k, v in opt.items()}
         return _C.gemm(dl(a), dl(b), dl(d), **kw, **scal, stream=stream, workspace=None if ws is None else dl(ws))
 
     ws = _WORKSPACE.get(key)

@@ -360,6 +360,10 @@ struct SoftmaxBw : OpDefaults {
 /// layer_norm backward (inputs dy, x; saved mean, rstd): with g = dy * w and
 /// xhat = (x - mean) * rstd, dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
 /// dweight = sum over rows of dy * xhat, dbias = sum of dy.
+/// Evaluated with the row's rstd taken out of the sums: b = sum(g * (x - mean)), c1 = mean(g),
+/// c2 = rstd^3 * b / n, and dx = (g - c1) * rstd - (x - mean) * c2 (four FP instructions an
+/// element in the output, four in the reduction; the kernel is bound by instruction latency at
+/// its occupancy, not by DRAM).
 struct LayerNormBw : OpDefaults {
   static constexpr NormOp kOp = NormOp::layer_norm;
   static constexpr Direction kDir = Direction::Backward;
@@ -374,19 +378,18 @@ struct LayerNormBw : OpDefaults {
       if (ok[i / V]) {
         const M g = v[0][i] * w[i];
         a += g;
-        b += g * ((v[1][i] - st.mean) * st.rstd);
+        b += g * (v[1][i] - st.mean);
       }
     return {a, b};
   }
   template <class M>
   __device__ static void finish(int, const Acc<M>& acc, St<M>& st, M n, M) {
     st.c1 = acc.a / n;
-    st.c2 = acc.b / n;
+    st.c2 = st.rstd * st.rstd * st.rstd * (acc.b / n);
   }
   template <class M>
   __device__ static M out(const M (&x)[kIn], M w, M, const St<M>& st) {
-    const M xhat = (x[1] - st.mean) * st.rstd;
-    return st.rstd * (x[0] * w - st.c1 - xhat * st.c2);
+    return (x[0] * w - st.c1) * st.rstd - (x[1] - st.mean) * st.c2;
   }
   template <class M>
   __device__ static void param_grad(const M (&x)[kIn], const St<M>& st, M& gw, M& gb) {
@@ -899,9 +902,14 @@ __device__ __forceinline__ void row_offsets(const NormLaunch& p, int64_t row, in
 #pragma unroll
   for (int d = detail::kNormMaxRowDims - 1; d >= 0; --d) {
     if (d < p.row_ndim) {
-      const int64_t sz = p.row_size[d];
-      const int64_t i = row % sz;
-      row /= sz;
+      // The outermost dim's index is what is left of row (row < p.rows): no 64-bit division,
+      // which is the whole cost for the common single row dim (~70 instructions a row).
+      int64_t i = row;
+      if (d > 0) {
+        const int64_t sz = p.row_size[d];
+        i = row % sz;
+        row /= sz;
+      }
 #pragma unroll
       for (int t = 0; t < kNumSlots; ++t) base[t] += i * p.row_stride[t][d];
     }
@@ -958,12 +966,44 @@ __device__ __forceinline__ Acc<M> cluster_merge(int pass, Acc<M> v, int ctas, Ac
 }
 
 // ---- the kernel ------------------------------------------------------------------------------------
+/// The layer/rms_norm backward (the ops with parameter gradients) keeps per-thread arrays in
+/// dynamic shared memory instead of registers (SmemCol, one column a thread: no synchronization):
+/// the weight of the loaded chunk, then the parameter-gradient sums of register-resident rows
+/// (weight, and bias for layer_norm). As registers (3 x kItems) they held the backward at 2 CTAs
+/// an SM (128 registers).
+template <class Op>
+inline constexpr bool kSmemRows = Op::kParamGrad;
+
 /// One pass of Op over this thread's loaded values. Packed rows widen to M here, at the use (one
-/// shift / conversion an element), so no f32 copy of the row is live as a whole.
+/// shift / conversion an element), so no f32 copy of the row is live as a whole; the weight
+/// (SmemCol or RegRow) is read a whole word at a time into the array the op indexes. Ops with
+/// the weight in shared memory (kSmemRows) reduce one vector at a time, so that only one
+/// vector's weight is live in registers (the whole chunk's spilled at the 64-register cap).
 template <class Op, class M, int kItems, int kV, bool kPacked, class T, class R, int kSt, class Wt>
 __device__ __forceinline__ Acc<M> reduce_loaded(int pass, const R (&v)[Op::kIn][kSt], const bool (&ok)[kItems / kV],
                                                 const Wt& w, const St<M>& st, const RowCols& cols) {
-  if constexpr (kPacked) {
+  if constexpr (kSmemRows<Op>) {
+    static_assert(!kNeedsColumns<Op>, "the parameter-gradient ops are column-agnostic");
+    Acc<M> acc = identity_of<Op, M>(pass);
+#pragma unroll
+    for (int c = 0; c < kItems / kV; ++c) {
+      M wc[kV], u[Op::kIn][kV];
+      w.template load<kV>(c * kV, wc);
+#pragma unroll
+      for (int t = 0; t < Op::kIn; ++t)
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          const int i = c * kV + e;
+          if constexpr (kPacked)
+            u[t][e] = widen_half<T>(v[t][i / 2], i & 1);
+          else
+            u[t][e] = v[t][i];
+        }
+      const bool okc[1] = {ok[c]};
+      acc = merge_of<Op>(pass, acc, Op::template thread_pass<M, kV, kV>(pass, u, okc, wc, st));
+    }
+    return acc;
+  } else if constexpr (kPacked) {
     static_assert(!kNeedsColumns<Op>, "column-aware ops hold unpacked rows");
     M u[Op::kIn][kItems];
 #pragma unroll
@@ -1056,13 +1096,6 @@ constexpr int norm_min_ctas() {
   if (kAddsNoise<Op>) return 0;
   return 2;
 }
-/// The layer/rms_norm backward (the ops with parameter gradients) keeps per-thread arrays in
-/// dynamic shared memory instead of registers: [kItems][blockDim] of M each, every thread owning
-/// one column (no bank conflicts, no synchronization): the weight of the loaded chunk, then the
-/// parameter-gradient sums of register-resident rows (weight, and bias for layer_norm). As
-/// registers (3 x kItems) they held the backward at 2 CTAs an SM (128 registers).
-template <class Op>
-inline constexpr bool kSmemRows = Op::kParamGrad;
 template <class M, class Op, int kItems>
 size_t smem_rows_bytes(const NormLaunch& p) {
   if constexpr (!kSmemRows<Op>) {
@@ -1073,10 +1106,13 @@ size_t smem_rows_bytes(const NormLaunch& p) {
     return size_t(arrays) * kItems * p.block * sizeof(M);
   }
 }
-/// One thread's column of a shared-memory array (see smem_rows_bytes), indexed like a register
-/// array. Stored in 16-byte words, word q of every thread adjacent ([kItems / P][blockDim][P]),
-/// so a thread moves P = 16 / sizeof(M) of its elements with one conflict-free access (add()):
-/// one shared-memory instruction for 4 f32 sums instead of 4.
+/// One thread's column of a shared-memory array (see smem_rows_bytes). Stored in 16-byte words,
+/// word q of every thread adjacent ([kItems / P][blockDim][P]), so a thread moves P = 16 /
+/// sizeof(M) of its elements with one conflict-free access; the kernel reads and writes whole
+/// words (load, store, add). Element-wise 32-bit accesses of this layout, 16 bytes apart across a
+/// warp, are 4-way bank conflicts: reading the weight that way was 42% of the layer_norm
+/// backward's shared-load wavefronts on H100 (ncu), and a word read one element at a time is
+/// narrowed back to 32-bit loads by the compiler.
 template <class M>
 struct SmemCol {
   static constexpr int P = 16 / int(sizeof(M));
@@ -1084,14 +1120,53 @@ struct SmemCol {
     M v[P];
   };
   M* base;
-  __device__ M& operator[](int i) const { return base[((i / P) * int(blockDim.x) + int(threadIdx.x)) * P + i % P]; }
+  __device__ Word* word(int q) const { return reinterpret_cast<Word*>(base) + q * int(blockDim.x) + int(threadIdx.x); }
+  /// d[e] = this[i0 + e] for e < K (i0 a multiple of K).
+  template <int K>
+  __device__ void load(int i0, M (&d)[K]) const {
+    if constexpr (K % P == 0) {
+#pragma unroll
+      for (int q = 0; q < K / P; ++q) {
+        const Word wd = *word(i0 / P + q);
+#pragma unroll
+        for (int e = 0; e < P; ++e) d[q * P + e] = wd.v[e];
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < K; ++e) d[e] = word((i0 + e) / P)->v[(i0 + e) % P];
+    }
+  }
+  /// this[i0 + e] = d[e] for e < K (i0 a multiple of K).
+  template <int K>
+  __device__ void store(int i0, const M (&d)[K]) const {
+    if constexpr (K % P == 0) {
+#pragma unroll
+      for (int q = 0; q < K / P; ++q) {
+        Word wd;
+#pragma unroll
+        for (int e = 0; e < P; ++e) wd.v[e] = d[q * P + e];
+        *word(i0 / P + q) = wd;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < K; ++e) word((i0 + e) / P)->v[(i0 + e) % P] = d[e];
+    }
+  }
+  /// this[i0 + e] = x for e < K.
+  template <int K>
+  __device__ void fill(int i0, M x) const {
+    M d[K];
+#pragma unroll
+    for (int e = 0; e < K; ++e) d[e] = x;
+    store<K>(i0, d);
+  }
   /// this[i0 + e] += d[e] for e < K (i0 a multiple of K).
   template <int K>
   __device__ void add(int i0, const M (&d)[K]) const {
     if constexpr (K % P == 0) {
 #pragma unroll
       for (int q = 0; q < K / P; ++q) {
-        Word* wp = reinterpret_cast<Word*>(base) + (i0 / P + q) * int(blockDim.x) + int(threadIdx.x);
+        Word* wp = word(i0 / P + q);
         Word wd = *wp;
 #pragma unroll
         for (int e = 0; e < P; ++e) wd.v[e] += d[q * P + e];
@@ -1099,17 +1174,34 @@ struct SmemCol {
       }
     } else {
 #pragma unroll
-      for (int e = 0; e < K; ++e) (*this)[i0 + e] += d[e];
+      for (int e = 0; e < K; ++e) word((i0 + e) / P)->v[(i0 + e) % P] += d[e];
     }
   }
 };
-/// The register array it replaces (same construction, so the kernel picks either by type).
+/// The register array it replaces (same construction and interface, so the kernel picks either
+/// by type).
 template <class M, int K>
 struct RegRow {
   M v[K];
   __device__ explicit RegRow(M*) {}
-  __device__ M& operator[](int i) { return v[i]; }
   __device__ const M& operator[](int i) const { return v[i]; }
+  template <int L>
+  __device__ void load(int i0, M (&d)[L]) const {
+#pragma unroll
+    for (int e = 0; e < L; ++e) d[e] = v[i0 + e];
+  }
+  template <int L>
+  __device__ void store(int i0, const M (&d)[L]) {
+#pragma unroll
+    for (int e = 0; e < L; ++e) v[i0 + e] = d[e];
+  }
+  // Element by element, not through store(): passing a local array of ones cost the 16-bit
+  // softmax forward 7 registers (55 -> 62: 9 -> 8 CTAs an SM).
+  template <int L>
+  __device__ void fill(int i0, M x) {
+#pragma unroll
+    for (int e = 0; e < L; ++e) v[i0 + e] = x;
+  }
 };
 extern __shared__ __align__(16) unsigned char norm_dyn_smem[];
 
@@ -1185,11 +1277,9 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
   const SmemCol<M> sums_b{smem_rows + 2 * kItems * blockDim.x};
   const bool pb_sums = Op::kOp == NormOp::layer_norm;
   if (pgrad && cached) {
-#pragma unroll
-    for (int i = 0; i < kItems; ++i) {
-      sums_w[i] = M(0);
-      if (pb_sums) sums_b[i] = M(0);
-    }
+    const M zeros[kItems] = {};
+    sums_w.template store<kItems>(0, zeros);
+    if (pb_sums) sums_b.template store<kItems>(0, zeros);
   }
   bool w_kept = false;  // register-resident rows: the weight in shared memory is this thread's already
 
@@ -1287,13 +1377,11 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
           if (has_w && kWInReduce && !w_kept) {
             M wl[kV];
             load_params<kV, T>(p.weight, p.param_f32, j0, wl);
-#pragma unroll
-            for (int e = 0; e < kV; ++e) w[c * kV + e] = wl[e];
+            w.template store<kV>(c * kV, wl);
           }
         }
         if (!ok[c] || !has_w || !kWInReduce) {
-#pragma unroll
-          for (int e = 0; e < kV; ++e) w[c * kV + e] = M(1);
+          w.template fill<kV>(c * kV, M(1));
         }
       }
     };
@@ -1311,7 +1399,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
         M wv[kV], bv[kV];
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
-          wv[e] = kWInReduce ? M(0) : w[c * kV + e];  // the backward reads w[] at its use below
+          wv[e] = M(1);
           bv[e] = M(0);
         }
         if (!kWInReduce && has_w) load_params<kV, T>(p.weight, p.param_f32, j0, wv);
@@ -1321,6 +1409,12 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
 #pragma unroll
         for (int e0 = 0; e0 < kV; e0 += G) {
           M pw[G], pb[G];
+          if constexpr (kWInReduce) {  // the backward's weight (or ones), one word at a time
+            M wq[G];
+            w.template load<G>(c * kV + e0, wq);
+#pragma unroll
+            for (int q = 0; q < G; ++q) wv[e0 + q] = wq[q];
+          }
 #pragma unroll
           for (int q = 0; q < G; ++q) {
             const int e = e0 + q, i = c * kV + e;
@@ -1333,9 +1427,9 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
                 x[t] = v[t][i];
             }
             if constexpr (kNeedsColumns<Op>)
-              o[e] = Op::out(x, kWInReduce ? M(w[i]) : wv[e], bv[e], st, j0 + e);
+              o[e] = Op::out(x, wv[e], bv[e], st, j0 + e);
             else
-              o[e] = Op::out(x, kWInReduce ? M(w[i]) : wv[e], bv[e], st);
+              o[e] = Op::out(x, wv[e], bv[e], st);
             if constexpr (kHasOut2<Op>) o2[e] = Op::out2(x, st);
             pw[q] = pb[q] = M(0);
             if (pgrad) Op::param_grad(x, st, pw[q], pb[q]);
@@ -1388,14 +1482,26 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
   }
 
   if (pgrad) {  // this slot's partial sums (zeros for a slot without rows)
+    // 16-byte stores where the vectorized variant allows (n % kV == 0, so every row of the
+    // partials starts 16-byte aligned if the workspace does): 4-byte stores 32 bytes apart
+    // across a warp were 21% of the layer_norm backward's L2 sectors (ncu, excess sectors).
+    const bool vec_out = kV > 1 && reinterpret_cast<uintptr_t>(part_w) % 16 == 0;
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
       const int64_t j0 = (int64_t(lane) + int64_t(c) * rtpr) * kV;
       if (j0 >= n) continue;
+      M sw[kV], sb[kV];
+      sums_w.template load<kV>(c * kV, sw);
+      if (part_b) sums_b.template load<kV>(c * kV, sb);
+      if (vec_out) {
+        store_elems<kV>(part_w, slot * n + j0, sw);
+        if (part_b) store_elems<kV>(part_b, slot * n + j0, sb);
+      } else {
 #pragma unroll
-      for (int e = 0; e < kV; ++e) {
-        part_w[slot * n + j0 + e] = sums_w[c * kV + e];
-        if (part_b) part_b[slot * n + j0 + e] = sums_b[c * kV + e];
+        for (int e = 0; e < kV; ++e) {
+          part_w[slot * n + j0 + e] = sw[e];
+          if (part_b) part_b[slot * n + j0 + e] = sb[e];
+        }
       }
     }
   }
