@@ -114,6 +114,7 @@ def test_quantize_per_tensor_vs_torch(qdt, dt, shape, scale):
         same_bytes(yb, yref, f"dequantize_per_tensor -> {dt}")
 
 
+@pytest.mark.sanitizer  # (the launch shapes: partial CTAs, sub-warp groups, streaming)
 @pytest.mark.parametrize("qdt", [torch.quint8, torch.qint8])
 @pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])
@@ -276,6 +277,7 @@ def test_dynamic_per_token_int8(dt, shape):
     not_degenerate(qr, "dynamic")
 
 
+@pytest.mark.sanitizer  # (the launch shapes: partial CTAs, sub-warp groups, streaming)
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
 def test_dynamic_per_token_strided_and_poisoned(dt):
     base = randn((37, 300), dt, "dyns", dt)
@@ -448,6 +450,7 @@ def stored(ref, q):
     return ref.to(torch.int8 if q == "int8" else torch.uint8)
 
 
+@pytest.mark.sanitizer  # (the launch shapes: partial CTAs, sub-warp groups, streaming)
 @pytest.mark.parametrize("q", ["int8", "int4"] + FP8)
 @pytest.mark.parametrize("dt", FLOATS)
 @pytest.mark.parametrize("group", [32, 64, 128, 48])
@@ -469,6 +472,7 @@ def test_dynamic_per_group_symmetric(q, dt, group):
     same_bytes(q2, stored(qr, q), "dynamic_quantize_per_group q")
 
 
+@pytest.mark.sanitizer  # (the launch shapes: partial CTAs, sub-warp groups, streaming)
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("shape,group", [((3, 1, 4096), 4096), ((2, 65536), 32768), ((9, 8), 2), ((0, 64), 32)])
 def test_dynamic_per_group_shapes(dt, shape, group):
@@ -870,6 +874,6 @@ def test_sku_strings():
     sku = _C.quant_sku("dynamic_quantize", False, {"x": Q.dl(x), "out": Q.dl(out), "scale_out": Q.dl(sc),
                                                    "zero_point_out": Q.dl(zp)},
                        {"q_dtype": "uint8", "granularity": "per_group", "group_size": 128}, True)
-    assert "rows-registers-vec16(tpr=16)" in sku and "int32 zero point" in sku, sku
+    assert "rows-registers-vec16(tpr=4)" in sku and "int32 zero point" in sku, sku
     assert ROWS["quantize"]["torch"].startswith("torch.quantize_per_tensor")
     assert "group" in ROWS["dynamic_quantize"]["granularities"] and ROWS["dynamic_quantize"]["bw_dtypes"]

@@ -494,8 +494,8 @@ TEST(QuantArgs, DynamicPerGroupAsymmetric) {
   b.zero_point_out = mut_of(2, DType::s32, Layout::contiguous({2, 8, 2}));  // on top of the scales
   EXPECT_FAILS_WITH(p->can_implement(b), Status::InvalidProblem, "overlaps");
   b = a;
-  b.x.layout = strided({2, 8, 64}, {1024, 128, 2});  // column stride 2: scalar pairs (whole int4 bytes)
-  EXPECT_EQ(p->layout_for(b), "rows-registers-scalar(tpr=16)");
+  b.x.layout = strided({2, 8, 64}, {1024, 128, 2});             // column stride 2: scalar pairs (whole int4 bytes)
+  EXPECT_EQ(p->layout_for(b), "rows-registers-scalar(tpr=4)");  // 32 elements: 4 threads of 4 pairs
   EXPECT_TRUE(p->can_implement(b).ok());
   // Symmetric descriptors take no zero point output.
   auto s = QuantPlan::select(kTarget, QuantDesc::dynamic_per_group(DType::bf16, DType::s8, Shape::of({2, 8, 64}), 32));
@@ -506,7 +506,8 @@ TEST(QuantArgs, DynamicPerGroupAsymmetric) {
   EXPECT_FAILS_WITH(s->can_implement(b), Status::InvalidProblem, "zero_point_out given");
   b.zero_point_out = {};
   EXPECT_TRUE(s->can_implement(b).ok()) << s->can_implement(b).message();
-  // The headline shapes: a 16-thread sub-warp per bf16 group of 128; a warp per 4096-element row.
+  // The headline shapes: a 4-thread sub-warp per bf16 group of 128 (4 vectors a thread); a CTA of
+  // 128 per 4096-element row.
   auto layout = [&](const QuantDesc& d, int64_t rows, int64_t n, int64_t scales) {
     auto r = QuantPlan::select(kTarget, d);
     EXPECT_TRUE(r.ok()) << r.message();
@@ -521,9 +522,9 @@ TEST(QuantArgs, DynamicPerGroupAsymmetric) {
   };
   const Shape big = Shape::of({16384, 4096});
   EXPECT_EQ(layout(QuantDesc::dynamic_per_group(DType::bf16, DType::s8, big, 128), 16384, 4096, 16384 * 32),
-            "rows-registers-vec16(tpr=16)");
+            "rows-registers-vec16(tpr=4)");
   EXPECT_EQ(layout(QuantDesc::dynamic_per_group(DType::bf16, DType::s4, big, 64), 16384, 4096, 16384 * 64),
-            "rows-registers-vec16(tpr=8)");
+            "rows-registers-vec16(tpr=2)");
   EXPECT_EQ(layout(QuantDesc::dynamic_per_token(DType::bf16, DType::u8, big, true), 16384, 4096, 16384),
             "rows-registers-vec16(tpr=128)");
 }
@@ -687,10 +688,10 @@ TEST(QuantPlanShape, LayoutFor) {
     return r->layout_for(b);
   };
   EXPECT_EQ(row(16384, 4096), "rows-registers-vec16(tpr=128)");  // a CTA of 128 per row, 4 vectors a lane
-  EXPECT_EQ(row(16, 64), "rows-registers-vec16(tpr=8)");
-  EXPECT_EQ(row(16, 16384), "rows-registers-vec16(tpr=512)");  // the longest register-resident row
+  EXPECT_EQ(row(16, 64), "rows-registers-vec16(tpr=2)");         // 8 vectors: 2 threads of 4
+  EXPECT_EQ(row(16, 16384), "rows-registers-vec16(tpr=512)");    // the longest register-resident row
   EXPECT_EQ(row(4, 100000), "rows-streaming-vec16(tpr=512)");
-  EXPECT_EQ(row(4, 7), "rows-registers-scalar(tpr=8)");
+  EXPECT_EQ(row(4, 7), "rows-registers-scalar(tpr=2)");
   EXPECT_EQ(row(0, 7), "empty");
 }
 

@@ -69,8 +69,8 @@
 //   with its reciprocal) (amax = max |x| of the row, group or tensor, NaN propagates), or 1 when
 //   amax is 0 or not finite; then the quantize formula above with that scale (zp = 0). Per-token
 //   and per-group (groups of G along the last dim, scales [..., D/G]): one kernel reads each row or
-//   group once (held in registers up to 65536 16-bit elements; a warp per 4096-element row, a
-//   G/8-thread sub-warp per bf16 group of G <= 256: shuffles only), writes its scale ([rows] or
+//   group once (held in registers up to 65536 16-bit elements; a CTA of 128 per 4096-element row, a
+//   G/32-thread sub-warp per bf16 group of 64 <= G <= 256: shuffles only), writes its scale ([rows] or
 //   [..., D/G] float32) and its quantized values.
 // dynamic_quantize, asymmetric (zero_point_kind int32; integer q; per-token or per-group): the
 //   scale and zero point of torch.ao's choose_qparams_per_token_asymmetric

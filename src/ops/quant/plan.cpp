@@ -817,24 +817,31 @@ void set_scale_runs(const QuantDesc& d, const QuantPlan::Geometry& g, int es, de
   p->div_run = detail::make_divisor(static_cast<uint64_t>(run > 0 ? run : 1));
 }
 
-int64_t elem_grid(int64_t numel, bool vec, int es) {
+/// CTAs for numel elements: 16-byte units (2 elements on the strided path), kQuantBlock threads of
+/// `per_thread` units each a step (the elementwise kernel's 16-byte variant takes kQuantUnroll).
+int64_t elem_grid(int64_t numel, bool vec, int es, int per_thread = 1) {
   const int64_t unit = vec ? 16 / es : 2;
   const int64_t units = (numel + unit - 1) / unit;
-  return std::clamp<int64_t>((units + detail::kQuantBlock - 1) / detail::kQuantBlock, 1, detail::kQuantMaxGrid);
+  const int64_t step = int64_t{detail::kQuantBlock} * per_thread;
+  return std::clamp<int64_t>((units + step - 1) / step, 1, detail::kQuantMaxGrid);
 }
 
-/// dynamic per-token launch shape: a function of (dtype, row length) only. Rows of up to 32
-/// vectors take a group of up to 32 threads holding one vector each of kQuantSmallRows rows at once
-/// (rows_small_kernel, the CTA kQuantRowsBlock threads); longer rows a power-of-two
-/// group of up to 512 threads holding kQuantBigVectors vectors each (a CTA of 128 per 4096-element
-/// 16-bit row; the row stays in registers up to 512 x that), beyond that the row streams twice.
+/// dynamic per-token launch shape: a function of (dtype, row length) only. Rows of up to
+/// kQuantBigVectors vectors take a group of up to that many threads holding one vector each of
+/// kQuantSmallRows rows at once (rows_small_kernel, the CTA kQuantRowsBlock threads); longer rows a
+/// power-of-two group of up to 512 threads holding kQuantBigVectors vectors each (4 threads per
+/// 128-element bf16 group, a CTA of 128 per 4096-element 16-bit row; the row stays in registers up
+/// to 512 x that), beyond that the row streams twice. A group's scale (and the shuffles that reduce
+/// it) costs every thread of the group the same, so fewer threads with more vectors each spend it
+/// on more elements: per-group int8 with G = 128 as 16 threads of one vector was issue-bound at 72%
+/// of copy bandwidth (H100).
 void rows_config(int64_t n, int w, detail::QuantLaunch* p) {
   auto pow2_at_least = [](int64_t v) {
     int t = 1;
     while (t < v && t < detail::kQuantMaxTpr) t <<= 1;
     return t;
   };
-  if (n <= int64_t{32} * w) {
+  if (n <= int64_t{detail::kQuantBigVectors} * w) {
     p->items = w;
     p->tpr = pow2_at_least((n + w - 1) / w);
   } else {
@@ -1010,7 +1017,7 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
       p.step = detail::QuantStep::elementwise;
       p.elem = detail::QuantElemOp::quant_fw;
       p.scale = p.scale_out;
-      p.grid = elem_grid(numel, p.vec, es);
+      p.grid = elem_grid(numel, p.vec, es, p.vec ? detail::kQuantUnroll : 1);
       return go(p);
     }
     // Delayed: scale from the history -> quantize (+ amax partials) -> amax, history shift.
@@ -1021,7 +1028,7 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
     fin.num_partials = 0;
     fin.finalize = detail::kFinScaleHistory;
     BARACUDA_TRY(go(fin));
-    p.grid = elem_grid(numel, p.vec, es);
+    p.grid = elem_grid(numel, p.vec, es, p.vec ? detail::kQuantUnroll : 1);
     if (numel > 0) {
       p.step = detail::QuantStep::elementwise;
       p.elem = detail::QuantElemOp::quant_fw;
@@ -1094,7 +1101,7 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
   if (p.elem == detail::QuantElemOp::quant_fw) p.q_out = a.out.data;
   fill_operands(desc_, a, allow_vectorized_, &p);
   set_scale_runs(desc_, geo_, es, &p);
-  p.grid = elem_grid(numel, p.vec, es);
+  p.grid = elem_grid(numel, p.vec, es, p.vec ? detail::kQuantUnroll : 1);
   const bool amax = p.elem == detail::QuantElemOp::quant_fw && desc_.record_amax;
   if (amax) p.amax_partial = partials;
   if (numel > 0) BARACUDA_TRY(go(p));

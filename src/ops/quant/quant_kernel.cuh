@@ -1036,9 +1036,6 @@ struct ElemUnit {
   }
 };
 
-/// Units a thread of the vectorized variant has in flight (two 16-byte loads per input).
-inline constexpr int kQuantUnroll = 2;
-
 /// Quantize / dequantize forward on the 16-byte path hold 4 CTAs an SM (see kQuantMinBlocks);
 /// the other ops and the strided variant keep their registers.
 template <class T, QuantElemOp kOp, ElemMode kMode>
@@ -1048,9 +1045,8 @@ template <class T, class Q, QuantElemOp kOp, ElemMode kMode>
 __global__ void __launch_bounds__(detail::kQuantBlock, (kElemMinBlocks<T, kOp, kMode>))
     elem_kernel(const QuantLaunch p) {
   using U = ElemUnit<T, Q, kOp, kMode>;
-  constexpr int kR = U::kVec ? kQuantUnroll : 1;
+  constexpr int kR = U::kVec ? detail::kQuantUnroll : 1;
   const int64_t units = (p.numel + U::kUnit - 1) / U::kUnit;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   AbsMax<T> am;
   int64_t last = -1;
   QParams q;
@@ -1058,14 +1054,21 @@ __global__ void __launch_bounds__(detail::kQuantBlock, (kElemMinBlocks<T, kOp, k
     q = load_qparams < kOp == QuantElemOp::fake_fw || kOp == QuantElemOp::fake_bw > (p, 0);
     last = 0;
   }
-  for (int64_t u0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; u0 < units; u0 += kR * stride) {
+  // A CTA takes kR * blockDim consecutive units a step (its threads' r-th units one contiguous
+  // span), so a thread's kR units lie blockDim apart: for per-channel scales along rows they mostly
+  // share a scale (a 4096-element 16-bit row is exactly one step of 256 threads x 2 units), and the
+  // scale's derived fields (finish_qparams: a reciprocal and its margins) are computed once for
+  // both, where units a grid stride apart changed scale at every unit.
+  const int64_t span = kR * static_cast<int64_t>(blockDim.x);
+  for (int64_t b0 = blockIdx.x * span; b0 < units; b0 += gridDim.x * span) {
+    const int64_t u0 = b0 + threadIdx.x;
     U unit[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r)
-      if (u0 + r * stride < units) unit[r].load(p, u0 + r * stride);
+      if (u0 + r * blockDim.x < units) unit[r].load(p, u0 + r * blockDim.x);
 #pragma unroll
     for (int r = 0; r < kR; ++r)
-      if (u0 + r * stride < units) unit[r].finish(p, last, q, am);
+      if (u0 + r * blockDim.x < units) unit[r].finish(p, last, q, am);
   }
   if constexpr (kOp == QuantElemOp::quant_fw) {
     if (p.amax_partial) {

@@ -79,6 +79,9 @@ inline constexpr int kQuantBlock = 256;
 /// 16-byte loads in flight per SM with two units a thread.
 inline constexpr int kQuantMinBlocks = 4;
 inline constexpr int64_t kQuantMaxGrid = 4096;
+/// Units a thread of the elementwise kernel's 16-byte variant takes a step (two 16-byte loads per
+/// input in flight); a CTA's step is kQuantUnroll x kQuantBlock consecutive units.
+inline constexpr int kQuantUnroll = 2;
 /// Amax partials when the amax kernel reduces x on its own.
 inline constexpr int64_t kQuantAmaxGrid = 1024;
 /// dynamic per-token: most threads per row (one CTA), and the 16-byte vectors a thread holds when
@@ -91,9 +94,9 @@ inline constexpr int kQuantMaxTpr = 512;
 inline constexpr int kQuantBigVectors = 4;
 /// The rows kernels' CTA when a row's group is at most a warp (tpr <= 32): several rows a CTA.
 inline constexpr int kQuantRowsBlock = 128;
-/// Rows of at most a warp of single vectors (per-group G <= 32 vectors, short per-token rows): rows
-/// a group of threads takes at once (rows_small_kernel), so that a thread has that many independent
-/// 16-byte loads and reduction chains in flight instead of one.
+/// Rows of at most kQuantBigVectors vectors (per-group G of 8..32 bf16 elements, very short per-token
+/// rows): rows a group of threads takes at once (rows_small_kernel), so that a thread has that many
+/// independent 16-byte loads and reduction chains in flight instead of one.
 inline constexpr int kQuantSmallRows = 4;
 
 struct QuantLaunch {

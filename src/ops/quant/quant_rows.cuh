@@ -6,9 +6,10 @@
 // compile in parallel (8 quantized-side variants x 6 launch shapes per dtype).
 //
 // A group of tpr threads (a power of two) owns a row: a CTA of 128 per 4096-element 16-bit row
-// (rows_kernel), a sub-warp per per-group group (bf16 G = 32 / 64 / 128: 4 / 8 / 16 threads, one
-// 16-byte vector each; rows_small_kernel, kQuantSmallRows rows at once), so the reductions are
-// shuffles; only rows wider than a warp's registers take a shared-memory step (group_nanmax). Rows
+// (rows_kernel, kQuantBigVectors 16-byte vectors a thread), a sub-warp per per-group group (bf16
+// G = 64 / 128 / 256: 2 / 4 / 8 threads of rows_kernel; G <= 32: one vector a thread of
+// rows_small_kernel, kQuantSmallRows rows at once), so the reductions are shuffles; only rows
+// wider than a warp's registers take a shared-memory step (group_nanmax). Rows
 // are held as raw 16-byte words (16-bit types two a register) and decoded at use; rows longer than
 // 512 x kQuantBigVectors vectors stream twice.
 #pragma once
@@ -320,8 +321,8 @@ __global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantL
   }
 }
 
-/// Rows of at most a warp of single vectors (p.items == kW, tpr <= 32: per-group groups, short
-/// per-token rows): a group of tpr threads, one vector a thread, takes kQuantSmallRows rows at once,
+/// Rows of at most kQuantBigVectors single vectors (p.items == kW, tpr <= 4: small per-group groups,
+/// very short per-token rows): a group of tpr threads, one vector a thread, takes kQuantSmallRows rows at once,
 /// each phase over all of them before the next: R independent loads in flight, then R interleaved
 /// shuffle reductions, then R scales and R code stores. Why: with one row a group each thread's work
 /// was a single dependent chain (load -> shuffles -> scale -> tie-rule codes -> store) with 16 bytes
@@ -395,7 +396,7 @@ __global__ void __launch_bounds__(detail::kQuantRowsBlock) rows_small_kernel(con
 
 template <class T, class Q, int kW, bool kAsym, bool kVec>
 cudaError_t launch_rows_w(const QuantLaunch& p, cudaStream_t stream) {
-  const bool small = p.items == kW;  // rows_config: tpr <= 32, a CTA of kQuantRowsBlock
+  const bool small = p.items == kW;  // rows_config: tpr <= kQuantBigVectors, a CTA of kQuantRowsBlock
   const int64_t span = static_cast<int64_t>(p.block / p.tpr) * (small ? detail::kQuantSmallRows : 1);
   int64_t blocks = (p.rows + span - 1) / span;
   if (blocks > (int64_t{1} << 20)) blocks = int64_t{1} << 20;  // rows past the grid: the loop tiles them
