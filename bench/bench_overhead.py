@@ -81,7 +81,18 @@ def cases(F, rows):
         ("linear M=1 (4096x4096)", lambda: TF.linear(x1, W), lambda: F.linear(x1, W)),
         (f"linear M={rows} (4096x4096)", lambda: TF.linear(x, W), lambda: F.linear(x, W)),
         ("embedding (32000x4096)", lambda: TF.embedding(ids, table), lambda: F.embedding(ids, table)),
+        ("embedding, deferred check", lambda: TF.embedding(ids, table), lambda: deferred(F.embedding, ids, table)),
     ]
+
+
+def deferred(fn, *args):
+    """fn(*args) with baracuda.index.check_indices = "deferred" (no per-call synchronization)."""
+    import baracuda.index as BI
+    BI.check_indices = "deferred"
+    try:
+        return fn(*args)
+    finally:
+        BI.check_indices = True
 
 
 def main(argv=None):

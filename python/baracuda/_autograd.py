@@ -199,3 +199,75 @@ def gated_backward(name, params, grad_output, x, dim):
     gx, ga, gb = gated_grad_buffers(x, d, grad_output.dtype)
     run_backward(name, params, grad_output, [a, b], None, grads=[ga, gb])
     return gx
+
+
+# ---- out-of-range reports (index and loss families) ----------------------------------------------------
+# A plan that reads indices or class targets sets an int32 device flag when one is out of range (it
+# never dereferences it). The families' check switches (baracuda.index.check_indices,
+# baracuda.loss.check_targets) take True, False or "deferred":
+#   True        a fresh flag per call, read right after it: the call itself raises (one host
+#               synchronization per call);
+#   "deferred"  one sticky flag per device, copied to pinned host memory asynchronously after each
+#               call: a later checked call raises once that copy has landed, and sync_errors()
+#               raises at once (torch's device-side assert semantics: the error surfaces later, and
+#               no call waits for the GPU);
+#   False       no flag (out-of-range gathers read zeros, scatters drop the element, losses are NaN).
+_DEFERRED = {}  # device index -> [device flag, pinned host copy, name of the last call that copied it]
+
+
+def _deferred_error(idx, st):
+    torch.cuda.synchronize(idx)
+    st[0].zero_()
+    st[1].zero_()
+    return IndexError(f"baracuda: an index or class target out of range was reported on cuda:{idx} by a call "
+                      f"checked in 'deferred' mode (the last such call: {st[2]}); its outputs hold zeros or NaN "
+                      "where the value was out of range, and no memory outside the tensors was touched")
+
+
+def error_flag(mode, device):
+    """The flag to hand a plan for check mode `mode` (None when off). "deferred" first raises an
+    earlier call's error whose copy has landed."""
+    if not mode:
+        return None
+    if mode != "deferred":
+        return torch.zeros(1, dtype=torch.int32, device=device)
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    st = _DEFERRED.get(idx)
+    if st is None:
+        st = _DEFERRED[idx] = [torch.zeros(1, dtype=torch.int32, device=device),
+                               torch.zeros(1, dtype=torch.int32, pin_memory=True), ""]
+    elif int(st[1][0]) != 0:
+        raise _deferred_error(idx, st)
+    return st[0]
+
+
+def check_flag(mode, flag, name, message):
+    """After the call: True mode raises IndexError(message()) when the plan set `flag`; "deferred"
+    queues the flag's copy to the host behind the call (on the current stream)."""
+    if flag is None:
+        return
+    if mode == "deferred":
+        st = _DEFERRED[flag.device.index]
+        st[1].copy_(flag, non_blocking=True)
+        st[2] = name
+    elif int(flag.item()) != 0:
+        raise IndexError(message())
+
+
+def sync_errors(device=None):
+    """Waits for `device` (every device with deferred checks when None) and raises the IndexError
+    of any earlier call checked in "deferred" mode."""
+    if device is None:
+        idxs = list(_DEFERRED)
+    elif isinstance(device, int):
+        idxs = [device]
+    else:
+        d = torch.device(device)
+        idxs = [d.index if d.index is not None else torch.cuda.current_device()]
+    for idx in idxs:
+        st = _DEFERRED.get(idx)
+        if st is None:
+            continue
+        torch.cuda.synchronize(idx)
+        if int(st[1][0]) != 0:
+            raise _deferred_error(idx, st)

@@ -14,9 +14,11 @@ accumulating index_put, lax_gather's a lax_scatter_add; pad, embedding and embed
 backward plans of their own.
 
 Out-of-range indices are never dereferenced. The kernels raise a device flag; this module reads
-it after the call and raises ``IndexError`` (one host synchronization per call, like torch's
-device-side assert surfacing at the next sync). Set ``baracuda.index.check_indices = False`` to
-skip the check (out-of-range gathers then read zeros, scatters drop the element). JAX-style ops
+it after the call and raises ``IndexError`` (one host synchronization per call). Set
+``baracuda.index.check_indices = "deferred"`` for torch's device-side assert semantics without the
+synchronization: one sticky flag per device is copied to the host behind each call, and a later
+checked call (or ``sync_errors()``) raises once it shows an error. ``check_indices = False`` skips
+the check (out-of-range gathers then read zeros, scatters drop the element). JAX-style ops
 (segment_*, lax_* in clip / fill mode) never fail by definition and never synchronize.
 
 Scatter-style sums and products run with atomics unless ``deterministic=True`` is passed or
@@ -31,7 +33,7 @@ scalar, Python reads it and allocates the exact output, and the write pass reuse
 left in the workspace. ``nonzero_static`` takes a size bound instead and never synchronizes.
 """
 from . import _C
-from ._autograd import current_stream, dl, require_torch, torch
+from ._autograd import check_flag, current_stream, dl, error_flag, require_torch, sync_errors, torch
 
 __all__ = ["contiguous", "permute_copy", "transpose_copy", "cat", "concat", "concatenate", "stack", "split", "chunk",
            "pad", "flip", "roll", "rot90", "tile", "repeat_interleave", "triu", "tril", "slice_scatter", "slice_write_",
@@ -41,13 +43,13 @@ __all__ = ["contiguous", "permute_copy", "transpose_copy", "cat", "concat", "con
            "dynamic_slice", "dynamic_update_slice", "lax_gather", "lax_scatter", "lax_scatter_add",
            "lax_scatter_mul", "lax_scatter_min", "lax_scatter_max",
            "embedding", "embedding_bag", "embedding_renorm_", "meshgrid", "tril_indices", "triu_indices",
-           "segment_sum", "segment_max", "segment_min", "segment_prod", "segment_mean"]
+           "segment_sum", "segment_max", "segment_min", "segment_prod", "segment_mean", "sync_errors"]
 
 # An extension built before this family existed has no index bindings: the other families must
 # still import (functional.py imports every family), and the calls here then fail clearly.
 INDEX_OPS = {row["name"]: row for row in _C.index_ops()} if hasattr(_C, "index_ops") else {}
 
-check_indices = True
+check_indices = True  # True, "deferred" or False (see the module docstring)
 
 
 # ---- launch helpers ----------------------------------------------------------------------------
@@ -81,10 +83,6 @@ def _workspace(op, tensors, params, backward, deterministic, device):
     return torch.empty(n, dtype=torch.uint8, device=device) if n else None
 
 
-def _raise_if(flag, op):
-    if flag is not None and int(flag.item()) != 0:
-        raise IndexError(f"baracuda.functional.{op}: index out of range (the output may be partially written; "
-                         "inputs are untouched)")
 
 
 def _run(op, tensors, params=None, backward=False, deterministic=False, check=True):
@@ -96,13 +94,15 @@ def _run(op, tensors, params=None, backward=False, deterministic=False, check=Tr
     out = tensors["out"]
     device = out.device
     flag = None
-    if INDEX_OPS[op]["flag"] and check and check_indices:
-        flag = torch.zeros(1, dtype=torch.int32, device=device)
+    mode = check_indices if INDEX_OPS[op]["flag"] and check else False
+    if mode:
+        flag = error_flag(mode, device)
         tensors = dict(tensors, error=flag)
     ws = _workspace(op, tensors, params, backward, deterministic, device)
     _C.index(op, backward, _export(tensors), params, current_stream(device), dl(ws) if ws is not None else None,
              deterministic)
-    _raise_if(flag, op)
+    check_flag(mode, flag, op, lambda: f"baracuda.functional.{op}: index out of range (the output may be "
+                                       "partially written; inputs are untouched)")
     return out
 
 

@@ -34,15 +34,16 @@ class axis) and [C] inputs. ``cross_entropy_with_grad`` exposes the fused forwar
 
 Out-of-range class targets (not ignore_index) are never read: their row's loss and gradient are
 NaN, and this module checks the kernels' flag after the forward and raises ``IndexError`` (one
-host synchronization per call, like the index family; torch's device-side assert would surface at
-the next sync). Set ``baracuda.loss.check_targets = False`` to skip the check.
+host synchronization per call, like the index family). ``baracuda.loss.check_targets =
+"deferred"`` reports them as torch's device-side assert does, at a later checked call or at
+``baracuda.functional.sync_errors()``, without synchronizing; ``False`` skips the check.
 
 Outputs are torch tensors on the input's device; kernels run on ``torch.cuda.current_stream()``.
 """
 import warnings
 
 from . import _C
-from ._autograd import current_stream, dl, require_torch, torch
+from ._autograd import check_flag, current_stream, dl, error_flag, require_torch, torch
 
 __all__ = ["cross_entropy", "nll_loss", "cross_entropy_with_grad", "linear_cross_entropy", "mse_loss", "l1_loss",
            "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
@@ -54,7 +55,7 @@ __all__ = ["cross_entropy", "nll_loss", "cross_entropy_with_grad", "linear_cross
 # still import (functional.py imports every family), and the calls here then fail clearly.
 LOSS_OPS = {row["name"]: row for row in _C.loss_ops()} if hasattr(_C, "loss_ops") else {}
 
-check_targets = True
+check_targets = True  # True, "deferred" or False (see the module docstring)
 fused_autograd = True
 
 
@@ -153,15 +154,16 @@ def _class_fw(op, input, target, weight, reduction, ignore_index, smoothing, pro
         n_rows *= s
     lse = torch.empty(n_rows, dtype=st, device=input.device) if op == "cross_entropy" else None
     tw = torch.empty((), dtype=st, device=input.device) if reduction != "none" and not probs else None
-    flag = torch.zeros(1, dtype=torch.int32, device=input.device) if check_targets and not probs else None
+    mode = check_targets if not probs else False
+    flag = error_flag(mode, input.device)
     params = {"ignore_index": float(ignore_index)}
     if op == "cross_entropy":
         params["label_smoothing"] = float(smoothing)
     _run(op, False, {"input": input, "target": target, "weight": weight, "out": out, "save_lse": lse,
                      "save_total_weight": tw, "error": flag}, params, reduction, input.device)
-    if flag is not None and int(flag.item()) != 0:
-        raise IndexError(f"baracuda.functional.{op}: Target is out of bounds (a class index outside "
-                         f"[0, {input.shape[1 if input.dim() >= 2 else 0]}) that is not ignore_index={ignore_index})")
+    check_flag(mode, flag, op, lambda: f"baracuda.functional.{op}: Target is out of bounds (a class index outside "
+                                       f"[0, {input.shape[1 if input.dim() >= 2 else 0]}) that is not "
+                                       f"ignore_index={ignore_index})")
     return out, lse, tw
 
 
@@ -268,15 +270,15 @@ def _ce_fused(input, target, weight, ignore_index, reduction, smoothing, grad_sc
     x = input.detach()
     dx = x if inplace else torch.empty(x.shape, dtype=x.dtype, device=x.device)
     probs = target.dtype.is_floating_point
-    flag = torch.zeros(1, dtype=torch.int32, device=input.device) if check_targets and not probs else None
+    mode = check_targets if not probs else False
+    flag = error_flag(mode, input.device)
     _run("cross_entropy", False, {"input": x, "target": target, "weight": weight, "out": out, "dy": grad_scale,
                                   "grad_input": dx, "error": flag},
          {"ignore_index": float(ignore_index), "label_smoothing": float(smoothing)}, reduction, input.device,
          fused_grad=True)
-    if flag is not None and int(flag.item()) != 0:
-        raise IndexError(f"baracuda.functional.cross_entropy: Target is out of bounds (a class index outside "
-                         f"[0, {input.shape[1 if input.dim() >= 2 else 0]}) that is not "
-                         f"ignore_index={ignore_index})")
+    check_flag(mode, flag, "cross_entropy",
+               lambda: f"baracuda.functional.cross_entropy: Target is out of bounds (a class index outside "
+                       f"[0, {input.shape[1 if input.dim() >= 2 else 0]}) that is not ignore_index={ignore_index})")
     return out, dx
 
 
@@ -315,14 +317,15 @@ def _lce_tf32(x):
 
 
 def _lce_run(backward, x, w, t, cw, params, reduction, out=None, dy=None, gx=None, gw=None):
-    flag = torch.zeros(1, dtype=torch.int32, device=x.device) if check_targets and not backward else None
+    mode = check_targets if not backward else False
+    flag = error_flag(mode, x.device)
     _run("linear_cross_entropy", backward, {"input": x, "weight": w, "target": t, "class_weight": cw, "out": out,
                                             "dy": dy, "grad_input": gx, "grad_weight": gw, "error": flag},
          params, reduction, x.device, fused_grad=not backward and (gx is not None or gw is not None),
          tf32=_lce_tf32(x))
-    if flag is not None and int(flag.item()) != 0:
-        raise IndexError(f"baracuda.functional.linear_cross_entropy: Target is out of bounds (a class index "
-                         f"outside [0, {w.shape[0]}) that is not ignore_index={int(params['ignore_index'])})")
+    check_flag(mode, flag, "linear_cross_entropy",
+               lambda: f"baracuda.functional.linear_cross_entropy: Target is out of bounds (a class index "
+                       f"outside [0, {w.shape[0]}) that is not ignore_index={int(params['ignore_index'])})")
 
 
 def _rescale(g, grad, reduction):
@@ -621,14 +624,13 @@ def _rows_fw(op, inputs, params, reduction, loss_shape):
     out = _loss_out(x, reduction, loss_shape)
     tensors = {name: t for name, t in zip(row["inputs"], inputs)}
     tensors["out"] = out
-    flag = None
-    if op in _INDEX_TARGETS and check_targets:
-        flag = torch.zeros(1, dtype=torch.int32, device=x.device)
+    mode = check_targets if op in _INDEX_TARGETS else False
+    flag = error_flag(mode, x.device)
+    if flag is not None:
         tensors["error"] = flag
     _run(op, False, tensors, params, reduction, x.device)
-    if flag is not None and int(flag.item()) != 0:
-        raise IndexError(f"baracuda.functional.{op}: target is out of bounds (a class index outside "
-                         f"[0, {x.shape[-1]}))")
+    check_flag(mode, flag, op, lambda: f"baracuda.functional.{op}: target is out of bounds (a class index outside "
+                                       f"[0, {x.shape[-1]}))")
     return out
 
 

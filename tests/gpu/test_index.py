@@ -1130,6 +1130,33 @@ def test_out_of_range_raises_and_leaves_inputs(it):
     same_bits(got, ref, "index_add drops the out-of-range slice")
 
 
+@pytest.mark.sanitizer
+def test_deferred_index_checks():
+    """check_indices = "deferred": a bad call does not synchronize or raise itself; the error raises
+    at sync_errors() (or a later checked call once its copy landed), exactly once, and valid calls
+    around it are unaffected."""
+    w = make((10, 8), torch.float32, "defer-w")
+    good = torch.tensor([0, 3, 9], device=DEV)
+    bad = torch.tensor([0, 10, 2], device=DEV)
+    BI.check_indices = "deferred"
+    try:
+        F.sync_errors()  # nothing pending from other tests
+        same_bits(F.embedding(good, w), tF.embedding(good, w), "deferred: a valid call")
+        y = F.embedding(bad, w)  # reported later
+        with pytest.raises(IndexError, match="deferred"):
+            F.sync_errors()
+        F.sync_errors()  # raised once: the flag was reset
+        same_bits(y[[0, 2]], w[[0, 2]], "deferred: the valid rows of the bad call")
+        F.embedding(bad, w)
+        torch.cuda.synchronize()  # the flag's copy lands: the next checked call raises
+        with pytest.raises(IndexError, match="deferred"):
+            F.index_select(w, 0, good)
+        same_bits(F.index_select(w, 0, good), w[good], "deferred: calls after the error run")
+        F.sync_errors()
+    finally:
+        BI.check_indices = True
+
+
 # ---- sizes past 2^31 -----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_copy_past_2_31_elements():

@@ -311,6 +311,17 @@ def test_out_of_range_targets():
         assert torch.isnan(F.cross_entropy(x, t))
     finally:
         BL.check_targets = True
+    BL.check_targets = "deferred"
+    try:
+        _functional.sync_errors()
+        F.cross_entropy(x, t)  # reported later, not here
+        with pytest.raises(IndexError, match="deferred"):
+            _functional.sync_errors()
+        good = torch.tensor([1, 9, 0, 2], device=DEV)
+        close(F.cross_entropy(x, good), tF.cross_entropy(x, good), 1e-5, 1e-5, "deferred: a valid call")
+        _functional.sync_errors()
+    finally:
+        BL.check_targets = True
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
