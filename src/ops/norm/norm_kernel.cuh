@@ -984,7 +984,7 @@ __device__ __forceinline__ Acc<M> reduce_loaded(int pass, const R (&v)[Op::kIn][
                                                 const Wt& w, const St<M>& st, const RowCols& cols) {
   if constexpr (kSmemRows<Op>) {
     static_assert(!kNeedsColumns<Op>, "the parameter-gradient ops are column-agnostic");
-    Acc<M> acc = identity_of<Op, M>(pass);
+    Acc<M> acc;
 #pragma unroll
     for (int c = 0; c < kItems / kV; ++c) {
       M wc[kV], u[Op::kIn][kV];
@@ -1000,7 +1000,8 @@ __device__ __forceinline__ Acc<M> reduce_loaded(int pass, const R (&v)[Op::kIn][
             u[t][e] = v[t][i];
         }
       const bool okc[1] = {ok[c]};
-      acc = merge_of<Op>(pass, acc, Op::template thread_pass<M, kV, kV>(pass, u, okc, wc, st));
+      const Acc<M> r = Op::template thread_pass<M, kV, kV>(pass, u, okc, wc, st);
+      acc = c == 0 ? r : merge_of<Op>(pass, acc, r);
     }
     return acc;
   } else if constexpr (kPacked) {
@@ -1431,7 +1432,9 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
             else
               o[e] = Op::out(x, wv[e], bv[e], st);
             if constexpr (kHasOut2<Op>) o2[e] = Op::out2(x, st);
-            pw[q] = pb[q] = M(0);
+            // -0: the additive identity the compiler may fold (-0 + v is v for every v, where 0 + v
+            // must turn -0 into +0), so param_grad's first += costs no instruction.
+            pw[q] = pb[q] = M(-0.0);
             if (pgrad) Op::param_grad(x, st, pw[q], pb[q]);
           }
           // Register-resident rows only: launch_rows hands streamed rows' parameter gradients
