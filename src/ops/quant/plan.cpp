@@ -818,12 +818,16 @@ void set_scale_runs(const QuantDesc& d, const QuantPlan::Geometry& g, int es, de
 }
 
 /// CTAs for numel elements: 16-byte units (2 elements on the strided path), kQuantBlock threads of
-/// `per_thread` units each a step (the elementwise kernel's 16-byte variant takes kQuantUnroll).
+/// `per_thread` units each a step.
 int64_t elem_grid(int64_t numel, bool vec, int es, int per_thread = 1) {
   const int64_t unit = vec ? 16 / es : 2;
   const int64_t units = (numel + unit - 1) / unit;
   const int64_t step = int64_t{detail::kQuantBlock} * per_thread;
   return std::clamp<int64_t>((units + step - 1) / step, 1, detail::kQuantMaxGrid);
+}
+/// The elementwise kernel's grid: its 16-byte variant takes kQuantUnroll units a thread a step.
+int64_t elementwise_grid(int64_t numel, bool vec, int es) {
+  return elem_grid(numel, vec, es, vec ? detail::kQuantUnroll : 1);
 }
 
 /// dynamic per-token launch shape: a function of (dtype, row length) only. Rows of up to
@@ -1017,7 +1021,7 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
       p.step = detail::QuantStep::elementwise;
       p.elem = detail::QuantElemOp::quant_fw;
       p.scale = p.scale_out;
-      p.grid = elem_grid(numel, p.vec, es, p.vec ? detail::kQuantUnroll : 1);
+      p.grid = elementwise_grid(numel, p.vec, es);
       return go(p);
     }
     // Delayed: scale from the history -> quantize (+ amax partials) -> amax, history shift.
@@ -1028,7 +1032,7 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
     fin.num_partials = 0;
     fin.finalize = detail::kFinScaleHistory;
     BARACUDA_TRY(go(fin));
-    p.grid = elem_grid(numel, p.vec, es, p.vec ? detail::kQuantUnroll : 1);
+    p.grid = elementwise_grid(numel, p.vec, es);
     if (numel > 0) {
       p.step = detail::QuantStep::elementwise;
       p.elem = detail::QuantElemOp::quant_fw;
@@ -1101,7 +1105,7 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
   if (p.elem == detail::QuantElemOp::quant_fw) p.q_out = a.out.data;
   fill_operands(desc_, a, allow_vectorized_, &p);
   set_scale_runs(desc_, geo_, es, &p);
-  p.grid = elem_grid(numel, p.vec, es, p.vec ? detail::kQuantUnroll : 1);
+  p.grid = elementwise_grid(numel, p.vec, es);
   const bool amax = p.elem == detail::QuantElemOp::quant_fw && desc_.record_amax;
   if (amax) p.amax_partial = partials;
   if (numel > 0) BARACUDA_TRY(go(p));
