@@ -10,7 +10,9 @@ baracuda.index.nonzero whole (count pass, one host read of the count, write pass
 torch.nonzero synchronizes too. Timing: CUDA events, warm-up, median of --iters; buffer sets
 rotate when one call moves less than 2x L2 (bench.py). Bytes count each input read once and
 each output written once (a gathered source counts whole when the index touches most of its
-sectors, as torch.gather's here does). Writes bench/results/index-<gpu>.md/.json.
+sectors, as torch.gather's here does). The segment cases also time jax.ops.segment_max / _sum
+(jitted, JAX's GPU backend, wall time of back-to-back calls; issue 6 asks to beat JAX's
+segment_max). Writes bench/results/index-<gpu>.md/.json.
 
   python bench/bench_index.py                 # every case
   python bench/bench_index.py --cases 'emb*'  # fnmatch patterns
@@ -122,7 +124,8 @@ def build_cases(torch, F):
                     0, exp, data, "amax", include_self=True)
             else:
                 ref = lambda: torch.zeros(4096, 64, device=dev).index_add_(0, ids, data)  # noqa: E731
-            return (op, {"x": data, "index": ids, "out": out}, {"num_segments": 4096}), ref
+            return (op, {"x": data, "index": ids, "out": out}, {"num_segments": 4096}), ref, \
+                lambda: jax_segment(op, data, ids, 4096)
         return make
     cases["segment_max_f32"] = ("segment_max", (1 << 20) * (64 * 4 + 8), seg("segment_max"))
     cases["segment_sum_f32"] = ("segment_sum", (1 << 20) * (64 * 4 + 8), seg("segment_sum"))
@@ -195,6 +198,43 @@ def build_cases(torch, F):
     return cases
 
 
+def jax_segment(op, data, ids, num_segments):
+    """jax.ops.segment_max / segment_sum of the same (zero-copy DLPack) arrays, jitted, on JAX's GPU
+    backend; None when JAX or its GPU backend is missing (the row then says so)."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave the GPU's memory to torch
+    try:
+        import jax
+        import jax.dlpack
+        if not jax.devices("gpu"):
+            return None
+    except Exception:
+        return None
+    import torch
+    fn = getattr(jax.ops, op)
+    # int32 ids: JAX without x64 has no int64 (an advantage to JAX: half the id bytes).
+    jd, ji = jax.dlpack.from_dlpack(data), jax.dlpack.from_dlpack(ids.to(torch.int32))
+    f = jax.jit(lambda d, i: fn(d, i, num_segments=num_segments))
+    return lambda: f(jd, ji)
+
+
+def time_jax(fn, warmup: int, iters: int) -> float:
+    """Median over 5 batches of wall time per call of `iters` back-to-back calls, the last one
+    waited for: JAX runs on its own stream, which torch's CUDA events do not see; dispatch (tens of
+    microseconds) overlaps the queued kernels once the queue is ahead."""
+    import statistics
+    import time
+    for _ in range(max(warmup, 1)):
+        fn().block_until_ready()
+    per = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            r = fn()
+        r.block_until_ready()
+        per.append((time.perf_counter() - t0) / iters)
+    return statistics.median(per) * 1e6
+
+
 def main(argv=None):
     args = parse_args(argv)
     import torch
@@ -211,7 +251,9 @@ def main(argv=None):
         if not any(fnmatch.fnmatch(name, p) for p in pats):
             continue
         try:
-            spec, ref = make()
+            made = make()
+            spec, ref = made[0], made[1]
+            jax_fn = made[2]() if len(made) > 2 else None  # cases the issue compares with JAX too
             call = spec[0] == "call"  # a Python-level function (nonzero: count, sync, write)
             if call:
                 fn, (op, tensors, params) = spec[1], spec[2]
@@ -239,11 +281,21 @@ def main(argv=None):
             kind, goal = TARGETS.get(key, (None, None))  # cases the issue sets no target for: measured only
             met = None if kind is None else (pct >= goal) if kind == "bw" else (tus / us >= goal)
             target = "-" if kind is None else \
-                (f">= {goal:.0f}% bw" if kind == "bw" else f">= {goal}x torch") + (" met" if met else " MISSED")
+                (f">= {goal:.0f}% bw" if kind == "bw" else f">= {goal}x torch")
+            jus = None
+            if len(made) > 2:  # and faster than JAX's op (issue 6)
+                if jax_fn is None:
+                    met, target = False, target + ", JAX GPU unavailable"
+                else:
+                    jus = time_jax(jax_fn, args.warmup, args.iters)
+                    target += f", JAX {jus:.1f} us ({jus / us:.2f}x)"
+                    met = (met is None or met) and jus > us
+            if kind is not None or jus is not None:
+                target += " met" if met else " MISSED"
             rows.append([name, f"{us:.1f}", f"{tus:.1f}", f"{tus / us:.2f}x", f"{nbytes / us / 1e6:.2f}", f"{pct:.0f}%",
                          target, sku])
-            data_rows.append({"case": name, "us": us, "torch_us": tus, "bytes": nbytes, "pct_copy_bw": pct,
-                              "target": [kind, goal], "met": met, "sku": sku})
+            data_rows.append({"case": name, "us": us, "torch_us": tus, "jax_us": jus, "bytes": nbytes,
+                              "pct_copy_bw": pct, "target": [kind, goal], "met": met, "sku": sku})
         except Exception as e:  # a failing case reports and the others still run
             rows.append([name, "error", "", "", "", "", "", bench.short_error(e)])
             data_rows.append({"case": name, "error": bench.short_error(e)})

@@ -1053,6 +1053,34 @@ def test_segment_rows(dt, it):
     assert (empty == lowest).all()
 
 
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("it", INDEX_DTYPES, ids=str)
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.int32, torch.int64], ids=str)
+def test_segment_many_rows(dt, it):
+    """Many rows a segment (100-300), where most elements lose to the running extreme and the
+    atomic's pre-check (a read of the destination) skips the atomic: results vs torch, with column
+    counts that are not multiples of the lane groups, out-of-range ids dropped, empty segments at
+    the identity, and index_add through the same row kernel."""
+    for shape, n in [((5000, 64), 37), ((4100, 13), 20), ((3000, 8), 9), ((5200, 2, 5), 40)]:
+        data = make(shape, dt, "segpriv", shape, dt, lo=-9, hi=9)
+        ids = rand_index((shape[0],), n + 4, it, "segpriv-ids", shape) - 2
+        for sid in (ids, ids.sort()[0]):
+            same_bits(F.segment_sum(data, sid, n), segment_sum_ref(data, sid, n), f"segment_sum many rows {shape}")
+            same_bits(F.segment_max(data, sid, n), segment_max_ref(data, sid, n), f"segment_max many rows {shape}")
+            same_bits(F.segment_min(data, sid, n), segment_max_ref(data, sid, n, "amin"),
+                      f"segment_min many rows {shape}")
+    x = make((37, 64), dt, "segpriv-x", dt)
+    src = make((5000, 64), dt, "segpriv-src", dt, lo=-9, hi=9)
+    index = rand_index((5000,), 37, it, "segpriv-index")
+    same_bits(F.index_add(x, 0, index, src), x.index_add(0, index.long(), src), "index_add many rows")
+    if dt.is_floating_point:  # -0 + (+0) contributions give +0, as torch
+        z = torch.full((4, 8), -0.0, dtype=dt, device=DEV)
+        zs = torch.zeros((512, 8), dtype=dt, device=DEV)
+        zi = rand_index((512,), 4, it, "segpriv-zero")
+        got = F.index_add(z, 0, zi, zs)
+        assert not torch.signbit(got).any(), "-0 + (+0) must give +0"
+
+
 @pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.bfloat16], ids=str)
 def test_segment_rows_nan_ties_and_zeros(dt):
     """NaN wins (positive NaN for max, NaN for min), ties and +-0 agree with torch's
@@ -1606,6 +1634,52 @@ def same_values(got, ref, what):
     """Exact, NaN positions included (JAX's fill is NaN)."""
     assert got.shape == ref.shape, f"{what}: shape {tuple(got.shape)} vs {tuple(ref.shape)}"
     torch.testing.assert_close(got, ref.to(got.dtype), rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+SEGMENT_OPS = ["segment_sum", "segment_max", "segment_min", "segment_prod"]
+
+
+@pytest.mark.parametrize("rows", [(300, 7), (1000, 64), (257,)], ids=str)
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.int32], ids=str)
+@pytest.mark.parametrize("op", SEGMENT_OPS)
+def test_segment_vs_jax(op, dt, rows):
+    """jax.ops.segment_* on JAX's CPU backend, exactly: unsorted and sorted (indices_are_sorted)
+    ids, ids outside [0, num_segments) dropped, empty segments at the op's identity (-inf / +inf /
+    the integer extremes, 0, 1), int32 and int64 ids. Small integers keep every sum and product
+    exact in any order; prod takes values in [-2, 2] so that a segment's product stays exact."""
+    jax, jnp, _ = jax_or_skip()
+    n = 41 if rows[0] > 300 else 37
+    lo, hi = (-2, 3) if op == "segment_prod" else (-9, 10)
+    data = make(rows, dt, "segjax", op, dt, rows, lo=lo, hi=hi)
+    ids = rand_index((rows[0],), n + 6, torch.int64, "segjax-ids", rows) - 3  # some < 0, some >= n
+    if op == "segment_prod":  # ~6 elements a segment: |product| <= 2^6
+        ids = torch.where(torch.arange(rows[0], device=DEV) % 7 == 0, ids, torch.full_like(ids, n + 1))
+    for sorted_ids in (False, True):
+        sid = ids.sort()[0] if sorted_ids else ids
+        jdata = to_jax(data) if dt != torch.bfloat16 else to_jax(data.float()).astype(jnp.bfloat16)
+        jref = getattr(jax.ops, op)(jdata, to_jax(sid.to(torch.int32)), num_segments=n,
+                                    indices_are_sorted=sorted_ids)
+        ref = from_jax(jref) if dt != torch.bfloat16 else from_jax(jref.astype(jnp.float32)).to(dt)
+        for it in INDEX_DTYPES:
+            got = getattr(F, op)(data, sid.to(it), n, indices_are_sorted=sorted_ids)
+            same_values(got, ref, f"{op} {dt} {rows} sorted={sorted_ids} {it}")
+
+
+@pytest.mark.parametrize("op", ["segment_sum", "segment_max", "segment_min"])
+def test_segment_grad_vs_jax(op):
+    """The vjp of jax.ops.segment_sum / max / min (JAX's CPU backend, float32): max / min split a
+    segment's cotangent evenly among its tied extremes, which the integer data makes common."""
+    jax, _, _ = jax_or_skip()
+    n = 23
+    data = make((400, 16), torch.float32, "segjaxg", op, lo=-3, hi=4)
+    ids = rand_index((400,), n + 4, torch.int64, "segjaxg-ids") - 2
+    g = randf((n, 16), torch.float32, "segjaxg-g")
+    xg = data.clone().requires_grad_()
+    (gx,) = torch.autograd.grad(getattr(F, op)(xg, ids, n), xg, g)
+    fn = getattr(jax.ops, op)
+    _, vjp = jax.vjp(lambda a: fn(a, to_jax(ids.to(torch.int32)), num_segments=n), to_jax(data))
+    torch.testing.assert_close(gx, from_jax(vjp(to_jax(g))[0]), rtol=1e-6, atol=1e-6,
+                               msg=lambda m: f"{op} grad vs JAX: {m}")
 
 
 GATHER_CASES = [
