@@ -85,6 +85,37 @@ const char* to_string(Backend b) {
 }
 
 // ---- Layout ----------------------------------------------------------------------------------
+// ---- Shape (every family describes its problems with it) ------------------------------------
+Shape Shape::of(const Layout& l) {
+  Shape s;
+  s.rank = l.rank;
+  s.dims = l.shape;
+  return s;
+}
+Shape Shape::of(std::initializer_list<int64_t> d) {
+  Shape s;
+  if (d.size() > static_cast<size_t>(kMaxRank)) {
+    s.rank = -1;  // more dims than we store: an invalid shape that select() refuses
+    return s;
+  }
+  s.rank = static_cast<int>(d.size());
+  std::copy(d.begin(), d.end(), s.dims.begin());
+  return s;
+}
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= dims[i];
+  return n;
+}
+bool Shape::operator==(const Shape& o) const {
+  return rank == o.rank && std::equal(dims.begin(), dims.begin() + rank, o.dims.begin());
+}
+std::string Shape::str() const {
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
 int64_t Layout::numel() const {
   int64_t n = 1;
   for (int d = 0; d < rank; ++d) n *= shape[d];

@@ -39,6 +39,17 @@ struct Layout {
   std::string stride_str() const;  // "(3, 1)"
 };
 
+/// A problem shape (plans are selected for shapes; tensors come with layouts at run time).
+struct Shape {
+  int rank = 0;
+  std::array<int64_t, kMaxRank> dims{};
+  static Shape of(const Layout& l);
+  static Shape of(std::initializer_list<int64_t> dims);  ///< > 8 dims gives rank -1 (refused)
+  int64_t numel() const;
+  bool operator==(const Shape& o) const;
+  std::string str() const;
+};
+
 struct TensorRef {
   const void* data = nullptr;
   DType dtype = DType::f32;

@@ -64,8 +64,7 @@
 #include "baracuda/core/status.hpp"
 #include "baracuda/core/tensor.hpp"
 #include "baracuda/core/workspace.hpp"
-#include "baracuda/ops/elementwise.hpp"  // Shape
-#include "baracuda/ops/loss.hpp"         // Reduction, loss_stats_dtype
+#include "baracuda/ops/loss.hpp"  // Reduction, loss_stats_dtype
 
 namespace baracuda {
 

@@ -70,16 +70,6 @@ std::span<const ElementwiseOpInfo> elementwise_ops();
 const ElementwiseOpInfo& info(ElementwiseOp op);
 std::optional<ElementwiseOp> elementwise_op_from_name(std::string_view name);
 
-struct Shape {
-  int rank = 0;
-  std::array<int64_t, kMaxRank> dims{};
-  static Shape of(const Layout& l);
-  static Shape of(std::initializer_list<int64_t> dims);  ///< > 8 dims gives rank -1 (refused)
-  int64_t numel() const;
-  bool operator==(const Shape& o) const;
-  std::string str() const;
-};
-
 /// Broadcasts shapes as torch does (right-aligned; sizes equal or 1). The error names `op`
 /// and the two disagreeing operands.
 Result<Shape> broadcast_shapes(std::string_view op, std::span<const Shape> shapes);

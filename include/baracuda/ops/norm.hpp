@@ -32,7 +32,6 @@
 #include "baracuda/core/status.hpp"
 #include "baracuda/core/tensor.hpp"
 #include "baracuda/core/workspace.hpp"
-#include "baracuda/ops/elementwise.hpp"  // Shape
 
 namespace baracuda {
 

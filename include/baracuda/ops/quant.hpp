@@ -124,7 +124,6 @@
 #include "baracuda/core/status.hpp"
 #include "baracuda/core/tensor.hpp"
 #include "baracuda/core/workspace.hpp"
-#include "baracuda/ops/elementwise.hpp"  // Shape
 #include "baracuda/ops/gemm.hpp"
 
 namespace baracuda {

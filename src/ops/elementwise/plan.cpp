@@ -86,36 +86,6 @@ int ElementwiseOpInfo::param_choice(int i, std::string_view choice) const {
 int ElementwiseOpInfo::num_grads() const { return __builtin_popcount(grad_mask); }
 
 // ---- shapes ------------------------------------------------------------------------------------
-Shape Shape::of(const Layout& l) {
-  Shape s;
-  s.rank = l.rank;
-  s.dims = l.shape;
-  return s;
-}
-Shape Shape::of(std::initializer_list<int64_t> d) {
-  Shape s;
-  if (d.size() > static_cast<size_t>(kMaxRank)) {
-    s.rank = -1;  // more dims than we store: an invalid shape that select() refuses
-    return s;
-  }
-  s.rank = static_cast<int>(d.size());
-  std::copy(d.begin(), d.end(), s.dims.begin());
-  return s;
-}
-int64_t Shape::numel() const {
-  int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= dims[i];
-  return n;
-}
-bool Shape::operator==(const Shape& o) const {
-  return rank == o.rank && std::equal(dims.begin(), dims.begin() + rank, o.dims.begin());
-}
-std::string Shape::str() const {
-  std::string s = "[";
-  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
 Result<Shape> broadcast_shapes(std::string_view op, std::span<const Shape> shapes) {
   Shape out;
   for (size_t k = 0; k < shapes.size(); ++k) {  // before anything indexes dims[]

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "baracuda/ops/elementwise.hpp"  // broadcast_shapes
 #include "baracuda/ops/loss.hpp"
 #include "core/impl_list.hpp"
 #include "core/operands.hpp"
