@@ -53,9 +53,9 @@ using namespace cute;
 template <class Element, int Config>
 struct KernelOf {
   static constexpr CutlassGroupedTile kTile = kCutlassGroupedTiles[Config];
-  using TileShape = Shape<Int<kTile.m>, Int<kTile.n>, Int<kTile.k>>;
-  using ClusterShape = Shape<Int<kTile.cluster_m>, Int<kTile.cluster_n>, _1>;
-  using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>;  // (m_g, n, k) per group
+  using TileShape = cute::Shape<Int<kTile.m>, Int<kTile.n>, Int<kTile.k>>;
+  using ClusterShape = cute::Shape<Int<kTile.cluster_m>, Int<kTile.cluster_n>, _1>;
+  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (m_g, n, k) per group
   using MainloopSchedule =
       cute::conditional_t<kTile.cooperative, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
                           cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>;
@@ -85,7 +85,7 @@ struct KernelOf {
   // The preparation kernel (gemm_kernels.cu) writes these arrays as plain int32 triples and int64
   // row strides: hold CUTLASS's types to exactly those layouts.
   using UnderlyingShape = typename ProblemShape::UnderlyingProblemShape;
-  static_assert(std::is_same_v<UnderlyingShape, Shape<int, int, int>> && sizeof(UnderlyingShape) == 3 * sizeof(int32_t),
+  static_assert(std::is_same_v<UnderlyingShape, cute::Shape<int, int, int>> && sizeof(UnderlyingShape) == 3 * sizeof(int32_t),
                 "problem shapes: three int32 (m, n, k) per group");
   static_assert(std::is_same_v<typename Gemm::InternalStrideA, Stride<int64_t, _1, _0>> &&
                     std::is_same_v<typename Gemm::InternalStrideB, Stride<int64_t, _1, _0>> &&

@@ -72,8 +72,8 @@ using namespace cute;
 template <class ElementD, int Config>
 struct KernelOf {
   static constexpr CutlassInt8Tile kTile = kCutlassInt8Tiles[Config];
-  using TileShape = Shape<Int<kTile.m>, Int<kTile.n>, Int<kTile.k>>;
-  using ClusterShape = Shape<Int<kTile.cluster_m>, Int<kTile.cluster_n>, _1>;
+  using TileShape = cute::Shape<Int<kTile.m>, Int<kTile.n>, Int<kTile.k>>;
+  using ClusterShape = cute::Shape<Int<kTile.cluster_m>, Int<kTile.cluster_n>, _1>;
   using MainloopSchedule = cute::conditional_t<kTile.cooperative, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                                                cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
   using EpilogueSchedule = cute::conditional_t<kTile.cooperative, cutlass::epilogue::TmaWarpSpecializedCooperative,
@@ -101,7 +101,7 @@ struct KernelOf {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
 
-  using Gemm = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
+  using Gemm = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
                                                     cutlass::gemm::PersistentScheduler>;
 };
 
