@@ -84,7 +84,6 @@ const char* to_string(Backend b) {
   return "?";
 }
 
-// ---- Layout ----------------------------------------------------------------------------------
 // ---- Shape (every family describes its problems with it) ------------------------------------
 Shape Shape::of(const Layout& l) {
   Shape s;
@@ -116,6 +115,7 @@ std::string Shape::str() const {
   return s + "]";
 }
 
+// ---- Layout ----------------------------------------------------------------------------------
 int64_t Layout::numel() const {
   int64_t n = 1;
   for (int d = 0; d < rank; ++d) n *= shape[d];
