@@ -92,11 +92,11 @@ __device__ __forceinline__ int64_t read_index(const void* index, int64_t off) {
 
 /// Whether slice index `v` is usable; reports an out-of-range value through g.error.
 __device__ __forceinline__ bool index_ok(const Geom& g, int64_t v) {
-  if (v < 0 || v >= g.ksize) {
-    if (g.report && g.error) *g.error = 1;  // idempotent store: no atomic needed
-    return false;
-  }
-  return v != g.skip;
+  // 0 <= v < ksize in one compare, and a predicated store rather than a branch: the row kernels
+  // test every slice, and max / min are issue-bound.
+  const bool in = static_cast<uint64_t>(v) < static_cast<uint64_t>(g.ksize);
+  if (!in && g.report && g.error) *g.error = 1;  // idempotent store: no atomic needed
+  return in && v != g.skip;
 }
 
 inline unsigned grid_for(int64_t work, int per_thread, int block) {

@@ -160,33 +160,25 @@ cudaError_t launch_gather_staged(const Geom& g, int dim, char* out, const char* 
 
 /// The scatter engine's reductions.
 ///  - sum, prod: atomicAdd / a compare-and-swap multiply (or the sorted path);
-///  - max, min: f32 / f64 reduce in an order-preserving unsigned encoding (segment ops: the
-///    output starts from reduce_identity_bits and ends with scatter_finish);
-///  - max_raw, min_raw: the same order on plain storage (scatter_reduce, lax.scatter: the output
-///    starts as a copy of self, so nothing is encoded): a thread first reads the destination and
-///    stops when it already wins (or is NaN, which always wins), then issues int atomicMax for a
-///    non-negative value and unsigned atomicMin for a negative one (min: mirrored), which order
-///    float bit patterns like the encoding does (NaN canonical and winning, +0 above -0). Other
-///    dtypes: identical to max / min;
+///  - max, min: on plain storage (the output starts from reduce_identity_bits or a copy of
+///    self): a thread first reads the destination and stops when it already wins (or is NaN,
+///    which always wins), else f32 / f64 issue int atomicMax for a non-negative value and
+///    unsigned atomicMin for a negative one (min: mirrored), which order float bit patterns
+///    like numbers (NaN canonical and winning, +0 above -0); f16 / bf16 compare-and-swap;
+///    integers their own atomic;
 ///  - mean: the sorted path only (the run length is the count).
-enum class Reduce : int { sum, max, min, prod, max_raw, min_raw, mean };
+enum class Reduce : int { sum, max, min, prod, mean };
 /// The bits `out` starts from before launch_scatter_atomic reduces into it: the identity (0, 1,
-/// -inf / +inf, the integer extremes). For max / min of f32 and f64, the identity in the
-/// order-preserving encoding (see Reduce), which scatter_finish decodes afterwards; plain
-/// storage otherwise.
+/// -inf / +inf, the integer extremes).
 void reduce_identity_bits(DType dt, Reduce r, unsigned char out[16]);
 /// out (B) op= src (A) with atomics. Row mode with one slice dim of at least 8 elements (segment
 /// ops, index_add) takes the row kernel: groups of 8 / 16 / 32 lanes walk a block of consecutive
 /// slices, read each index once, combine runs of equal indices in registers (sorted segment ids
 /// cost one atomic per run) and issue coalesced atomics; otherwise one thread per element.
-/// Max / min start from reduce_identity_bits and end with scatter_finish.
 cudaError_t launch_scatter_atomic(const Geom& g, void* out, const void* src, DType dt, DType index_dtype, Reduce r,
                                   cudaStream_t stream);
 /// Whether launch_scatter_atomic takes the row kernel for this geometry.
 bool scatter_rows_ok(const Geom& g);
-/// After max / min of f32 / f64: decodes the ordered encoding of every output element (the
-/// num_segments x slice elements of B). A no-op for the other dtypes and for sums.
-cudaError_t scatter_finish(const Geom& g, void* out, DType dt, Reduce r, cudaStream_t stream);
 
 /// out (B) <- src (A), unordered among duplicates (scatter, index_copy).
 cudaError_t launch_scatter_copy(const Geom& g, char* out, const char* src, int elem_bytes, DType index_dtype,

@@ -701,10 +701,10 @@ ix::Reduce reduce_of(const IndexDesc& d, bool sorted) {
       return ix::Reduce::prod;
     case ScatterReduce::mean:
       return ix::Reduce::mean;
-    case ScatterReduce::amax:  // segment ops keep the encoding; scatters start from self
-      return is_segment_op(d.op) || sorted ? ix::Reduce::max : ix::Reduce::max_raw;
+    case ScatterReduce::amax:
+      return ix::Reduce::max;
     case ScatterReduce::amin:
-      return is_segment_op(d.op) || sorted ? ix::Reduce::min : ix::Reduce::min_raw;
+      return ix::Reduce::min;
     default:
       return ix::Reduce::sum;
   }
@@ -1053,11 +1053,7 @@ Result<void> IndexPlan::run(cudaStream_t stream, Workspace ws, const IndexArgs& 
     if (const cudaError_t e = launch_lowered(lower_copy(fill, allow_vectorized_), stream); e != cudaSuccess)
       return cuda_error(label, "output initialisation", e);
   }
-  if (gi.g.L * gi.g.P == 0) {  // nothing to reduce; max / min still decode their identity
-    if (const cudaError_t e = ix::scatter_finish(gi.g, a.out.data, d.dtype, r, stream); e != cudaSuccess)
-      return cuda_error(label, "decode kernel launch", e);
-    return {};
-  }
+  if (gi.g.L * gi.g.P == 0) return {};  // nothing to reduce
   const void* src = gi.a_ptr;
   void* out = a.out.data;
   if (!sorted_ && assign) {
@@ -1078,8 +1074,6 @@ Result<void> IndexPlan::run(cudaStream_t stream, Workspace ws, const IndexArgs& 
     }
     if (const cudaError_t e = ix::launch_scatter_atomic(gi.g, out, src, d.dtype, it, r, stream); e != cudaSuccess)
       return cuda_error(label, "kernel launch", e);
-    if (const cudaError_t e = ix::scatter_finish(gi.g, out, d.dtype, r, stream); e != cudaSuccess)
-      return cuda_error(label, "decode kernel launch", e);
     return {};
   }
   // Sorted: keys (destinations) and positions, double-buffered, then the radix sort's scratch.
