@@ -1201,6 +1201,24 @@ def test_copy_past_2_31_elements():
     assert torch.equal(t, x[:4096].t().contiguous())
 
 
+@pytest.mark.slow
+def test_segment_past_2_31_elements():
+    """The segment row kernel's 64-bit-offset instantiation: [2^25 + 4096, 64] f32 (2^31 + 2^18
+    elements; the source's reach is past 2^30, so the 32-bit one is not taken). Small integer
+    values keep the sums exact in any order; ids r % 4096 make the reference a reshape."""
+    free, _ = torch.cuda.mem_get_info()
+    if free < 16 * (1 << 30):
+        pytest.skip("needs 16 GiB free")
+    n = 4096
+    q = (1 << 25) // n + 1
+    data = torch.randint(-8, 9, (q * n, 64), dtype=torch.int8, device=DEV).float()
+    ids = torch.arange(q * n, device=DEV) % n
+    grouped = data.view(q, n, 64)
+    assert torch.equal(F.segment_max(data, ids, n), grouped.amax(0)), "segment_max"
+    assert torch.equal(F.segment_min(data, ids, n), grouped.amin(0)), "segment_min"
+    assert torch.equal(F.segment_sum(data, ids, n), grouped.sum(0)), "segment_sum"
+
+
 # ---- scatter_reduce -----------------------------------------------------------------------------------------
 RED_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8,
               torch.uint8, torch.int16]
