@@ -22,8 +22,8 @@ __device__ __forceinline__ void atomic_add(T* a, T v) {
 }
 
 /// Order-preserving unsigned encodings of f32 / f64: non-negative values get the sign bit set,
-/// negative ones are complemented, so unsigned order = float order (with -0 below +0). Runs of
-/// equal indices combine in this form; flush() decodes before its atomic.
+/// negative ones are complemented, so unsigned order = float order (with -0 below +0). Max / min
+/// compare a source with the destination's bits in this form; flush() decodes before its atomic.
 __device__ __forceinline__ uint32_t ordered_bits(float v) {
   const uint32_t b = __float_as_uint(v);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
@@ -132,11 +132,10 @@ constexpr bool is_extremum(Reduce r) { return r == Reduce::max || r == Reduce::m
 /// One reduction as the atomic kernels use it: `Acc` is what a thread accumulates (opmath for
 /// sums and float products; the wrapped 64-bit product for integer products; the ordered
 /// encoding for f32 / f64 max / min; the value itself otherwise), load() turns a source element
-/// into it, combine() merges two (runs of equal indices, in registers) and flush() applies it to
-/// the output with one atomic. combine and flush order values the same way, so a run combined in
-/// registers gives the bits per-element atomics would (sums and products: up to rounding order).
-/// Max / min (kPeek) flush against `seen`, the destination's bits from peek(), and issue no
-/// atomic when those already win.
+/// into it and flush() applies it to the output with one atomic. Sums and products also
+/// combine() runs of equal indices in registers first (up to rounding order, the bits
+/// per-element atomics would give). Max / min (kPeek) never combine: they flush every source
+/// against `seen`, the destination's bits from peek(), and issue no atomic when those win.
 template <class T, Reduce R>
 struct RedOp {
   static constexpr bool kOrdered = std::is_floating_point_v<T> && is_extremum(R);  // f32, f64
@@ -175,15 +174,11 @@ struct RedOp {
     }
   }
   __device__ __forceinline__ static Acc combine(Acc a, Acc b) {
-    if constexpr (R == Reduce::sum) {
+    static_assert(!kPeek, "max / min flush each source against its peek");
+    if constexpr (R == Reduce::sum)
       return a + b;
-    } else if constexpr (R == Reduce::prod) {
+    else
       return a * b;
-    } else if constexpr (k16) {
-      return wins16<kMax>(static_cast<float>(b), static_cast<float>(a)) ? b : a;
-    } else {
-      return kMax ? (b > a ? b : a) : (b < a ? b : a);
-    }
   }
   __device__ __forceinline__ static Bits peek(const T* dst) { return peek_bits(reinterpret_cast<const Bits*>(dst)); }
 

@@ -691,8 +691,8 @@ GatherKind gather_kind(const IndexDesc& d, const ix::Geom& g, int eb, bool allow
   return GatherKind::element;
 }
 
-/// The kernel-level reduction of a reducing scatter (sorted: the path's own max / min).
-ix::Reduce reduce_of(const IndexDesc& d, bool sorted) {
+/// The kernel-level reduction of a reducing scatter (the atomic and sorted paths share it).
+ix::Reduce reduce_of(const IndexDesc& d) {
   // embedding's backward with scale_grad_by_freq: each row's sum over its run of equal ids
   // divided by the run's length, i.e. the sorted path's mean.
   if (d.op == IndexOp::embedding && d.direction == Direction::Backward && d.scale_grad_by_freq) return ix::Reduce::mean;
@@ -1039,7 +1039,7 @@ Result<void> IndexPlan::run(cudaStream_t stream, Workspace ws, const IndexArgs& 
   }
 
   // Scatter: initialise the output (a copy of self, or the reduction's identity), then reduce.
-  const ix::Reduce r = reduce_of(d, sorted_);
+  const ix::Reduce r = reduce_of(d);
   if (starts_from_self(d)) {
     const bool inplace = a.x.data == a.out.data;  // can_implement allows only the exact view
     if (!inplace)
