@@ -1047,7 +1047,15 @@ def test_segment_rows(dt, it):
     ids = rand_index((300,), 37, it, "segrows-sku-ids")
     sku = BI.index_sku("segment_max", {"x": data, "index": ids, "out": torch.empty(37, 64, dtype=dt, device=DEV)},
                        {"num_segments": 37})
-    assert "scatter-atomic-rows" in sku, sku
+    assert "scatter-atomic-rows-vec16" in sku, sku  # dense rows of 16-byte vectors
+    # Rows with a column stride (a transposed view) take the per-column row kernel.
+    strided = make((64, 300), dt, "segrows-t", dt, lo=-9, hi=9).t()
+    for sid in (ids, ids.sort()[0]):
+        same_bits(F.segment_sum(strided, sid, 37), segment_sum_ref(strided, sid, 37), "segment_sum strided rows")
+        same_bits(F.segment_max(strided, sid, 37), segment_max_ref(strided, sid, 37), "segment_max strided rows")
+    sku = BI.index_sku("segment_max", {"x": strided, "index": ids, "out": torch.empty(37, 64, dtype=dt, device=DEV)},
+                       {"num_segments": 37})
+    assert "scatter-atomic-rows" in sku and "vec16" not in sku, sku
     empty = F.segment_max(data[:0], ids[:0], 3)
     lowest = float("-inf") if dt.is_floating_point else torch.iinfo(dt).min
     assert (empty == lowest).all()

@@ -179,6 +179,9 @@ cudaError_t launch_scatter_atomic(const Geom& g, void* out, const void* src, DTy
                                   cudaStream_t stream);
 /// Whether launch_scatter_atomic takes the row kernel for this geometry.
 bool scatter_rows_ok(const Geom& g);
+/// Whether it takes the vector row kernel: sum / max / min over dense rows of whole, 16-byte
+/// aligned vectors (unit column strides, row strides and bases multiples of 16 bytes).
+bool scatter_vec_rows_ok(const Geom& g, const void* out, const void* src, int elem_bytes, Reduce r);
 
 /// out (B) <- src (A), unordered among duplicates (scatter, index_copy).
 cudaError_t launch_scatter_copy(const Geom& g, char* out, const char* src, int elem_bytes, DType index_dtype,

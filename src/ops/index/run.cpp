@@ -883,7 +883,9 @@ std::string IndexPlan::layout_for(const IndexArgs& a) const {
   }
   if (ix::is_assign(desc_)) return pre + (sorted_ ? "scatter-sorted-copy" : "scatter-copy");
   if (sorted_) return pre + "scatter-sorted";
-  return pre + (ix::scatter_rows_ok(gi.g) ? "scatter-atomic-rows" : "scatter-atomic");
+  if (!ix::scatter_rows_ok(gi.g)) return pre + "scatter-atomic";
+  const bool vec = ix::scatter_vec_rows_ok(gi.g, a.out.data, gi.a_ptr, size_in_bytes(desc_.dtype), reduce_of(desc_));
+  return pre + (vec ? "scatter-atomic-rows-vec16" : "scatter-atomic-rows");
 }
 
 Result<void> IndexPlan::run(cudaStream_t stream, Workspace ws, const IndexArgs& a) const {
