@@ -373,12 +373,13 @@ TEST(IndexArgs, ScatterInPlace) {
   IndexArgs b = a;
   b.src = ref_of(0, DType::f32, Layout::contiguous({3, 8}));
   EXPECT_MSG(plan->can_implement(b), "out overlaps src");
-  EXPECT_EQ(plan->layout_for(a), "scatter-atomic-rows");  // rows of 8: lane groups walk the slices
+  EXPECT_EQ(plan->layout_for(a), "scatter-atomic-rows-vec16");  // dense rows of 2 x 16 bytes
 }
 
 TEST(IndexLayout, ScatterVariants) {
-  // Row mode with one slice dim of >= 8 elements: the row kernel; shorter rows and element mode
-  // (scatter_add): one thread per element. Contiguous slice dims merge first ([L, 4, 2] -> 8).
+  // Row mode with one slice dim of >= 8 elements: the row kernel (the vector row kernel where the
+  // rows are dense 16-byte vectors, aligned); shorter rows and element mode (scatter_add): one
+  // thread per element. Contiguous slice dims merge first ([L, 4, 2] -> 8).
   auto seg = IndexPlan::select(
       kTarget, IndexDesc::segment(DType::f32, DType::s32, Shape::of({100, 4, 2}), 7, IndexOp::segment_max));
   ASSERT_TRUE(seg.ok()) << seg.message();
@@ -387,7 +388,18 @@ TEST(IndexLayout, ScatterVariants) {
   a.index = ref_of(1, DType::s32, Layout::contiguous({100}));
   a.out = mut_of(2, DType::f32, Layout::contiguous({7, 4, 2}));
   EXPECT_TRUE(seg->can_implement(a).ok()) << seg->can_implement(a).message();
-  EXPECT_EQ(seg->layout_for(a), "scatter-atomic-rows");
+  EXPECT_EQ(seg->layout_for(a), "scatter-atomic-rows-vec16");
+  {
+    IndexArgs m = a;
+    m.x = ref_of(0, DType::f32, Layout::contiguous({100, 4, 2}), 4);  // source 4 bytes off 16
+    EXPECT_EQ(seg->layout_for(m), "scatter-atomic-rows");
+    m = a;
+    m.x.layout = strided({100, 4, 2}, {10, 2, 1});  // rows 40 bytes apart: not whole vectors
+    EXPECT_EQ(seg->layout_for(m), "scatter-atomic-rows");
+    m = a;
+    m.x.layout = strided({100, 4, 2}, {16, 4, 2});  // column stride 2: per-column kernel
+    EXPECT_EQ(seg->layout_for(m), "scatter-atomic-rows");
+  }
   a.x.layout = strided({100, 4, 2}, {8, 1, 4});  // slice dims no longer contiguous together
   EXPECT_EQ(seg->layout_for(a), "scatter-atomic");
   auto small = IndexPlan::select(
