@@ -141,9 +141,7 @@ cudaError_t launch_bag_forward(const BagParams& p, DType dt, DType index_dtype, 
 int bag_vec(const BagParams& p, int elem_bytes, bool backward) {
   const int v = 16 / elem_bytes;
   if (v < 2 || p.dim % v != 0) return 1;
-  auto row_ok = [&](const void* ptr, int64_t s0, int64_t s1) {
-    return ptr == nullptr || (s1 == 1 && s0 % v == 0 && reinterpret_cast<uintptr_t>(ptr) % 16 == 0);
-  };
+  auto row_ok = [&](const void* ptr, int64_t s0, int64_t s1) { return ptr == nullptr || vec_rows_ok(ptr, s0, s1, v); };
   bool ok = backward ? row_ok(p.dy, p.dy_stride0, p.dy_stride1) && row_ok(p.grad_weight, p.gw_stride0, p.gw_stride1) &&
                            row_ok(p.weight, p.w_stride0, p.w_stride1)
                      : row_ok(p.weight, p.w_stride0, p.w_stride1) && row_ok(p.out, p.out_stride0, p.out_stride1);

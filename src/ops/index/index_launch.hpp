@@ -177,6 +177,14 @@ void reduce_identity_bits(DType dt, Reduce r, unsigned char out[16]);
 /// cost one atomic per run) and issue coalesced atomics; otherwise one thread per element.
 cudaError_t launch_scatter_atomic(const Geom& g, void* out, const void* src, DType dt, DType index_dtype, Reduce r,
                                   cudaStream_t stream);
+/// Whether rows at `base` (row stride `row_stride`, column stride `col_stride`, in elements) are
+/// dense runs of whole 16-byte vectors of `v` elements: unit column stride, row starts a multiple
+/// of v apart, 16-byte aligned base. The vector kernels' test (the row length's own multiple of v
+/// is checked by the caller).
+inline bool vec_rows_ok(const void* base, int64_t row_stride, int64_t col_stride, int64_t v) {
+  return col_stride == 1 && row_stride % v == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0;
+}
+
 /// Whether launch_scatter_atomic takes the row kernel for this geometry.
 bool scatter_rows_ok(const Geom& g);
 /// Whether it takes the vector row kernel: sum / max / min over dense rows of whole, 16-byte

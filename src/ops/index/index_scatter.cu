@@ -14,10 +14,8 @@ bool scatter_rows_ok(const Geom& g) { return g.ri == 1 && g.rs == 1 && g.ssize[0
 
 bool scatter_vec_rows_ok(const Geom& g, const void* out, const void* src, int elem_bytes, Reduce r) {
   const int64_t v = 16 / elem_bytes;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return (r == Reduce::sum || scat::is_extremum(r)) && scatter_rows_ok(g) && g.a_sstride[0] == 1 &&
-         g.b_sstride[0] == 1 && g.ssize[0] % v == 0 && g.a_istride[0] % v == 0 && g.kstride % v == 0 && aligned(out) &&
-         aligned(src);
+  return (r == Reduce::sum || scat::is_extremum(r)) && scatter_rows_ok(g) && g.ssize[0] % v == 0 &&
+         vec_rows_ok(src, g.a_istride[0], g.a_sstride[0], v) && vec_rows_ok(out, g.kstride, g.b_sstride[0], v);
 }
 
 bool atomic_reduce_ok(DType dt, Reduce r) { return r != Reduce::mean && contains(scat::kAtomicDTypes, dt); }
