@@ -1065,6 +1065,10 @@ __device__ __forceinline__ void gumbel_noise(uint64_t seed, uint64_t offset, int
   }
 }
 
+/// softmax / log_softmax backward (dy, y -> dx; not gumbel_softmax's, whose op differs).
+template <class Op>
+inline constexpr bool kSoftmaxBw = Op::kDir == Direction::Backward &&
+                                   (Op::kOp == NormOp::softmax || Op::kOp == NormOp::log_softmax);
 /// Register cap: __launch_bounds__' minimum CTAs of 512 threads an SM (2 -> 64 registers a
 /// thread; 0 = no minimum, i.e. the 128 that 512 threads allow; note 1 is not the same as 0: it
 /// emits .minnctapersm and ptxas then allocates differently, +20 registers on some backward
@@ -1088,6 +1092,11 @@ constexpr int norm_min_ctas() {
   // Cluster rows are 512-thread CTAs: two an SM (64 registers) keep a second row's loads in
   // flight while one CTA waits at its cluster barrier.
   if (kCluster && !kAddsNoise<Op>) return 2;
+  // softmax / log_softmax backward: packed rows (kPacked) at 42 registers, 6 CTAs of 256 an SM.
+  // H200, [16384, 4096] bf16: 118.3 / 122.7 us unpacked at 62-64 registers (4 CTAs), 104.7 /
+  // 107.1 packed alone (the compiler kept ~62), 101.6 / 101.7 capped (12 bytes of spills; the
+  // unpacked row capped spilled 150-240 bytes and ran 178 us): a same-traffic copy takes 98.2.
+  if (kSoftmaxBw<Op>) return 3;
   if (Op::kDir != Direction::Forward) return Op::kParamGrad ? 2 : 0;  // see kPacked / param_sums
   if ((Op::kOp == NormOp::layer_norm || Op::kOp == NormOp::sparsemax) && cuda::std::is_same_v<T, __half>)
     return 0;  // f16 sparsemax at 64: ~190 bytes of spills (bf16: none)
@@ -1264,10 +1273,11 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
   // registers bound the rows resident per SM and so the bytes in flight (norm_min_ctas). Lossless:
   // every held value is a T (loaded, or x + residual already rounded to T); only the masked
   // softmax / log_softmax forward, whose additive mask is added in f32, and gumbel_softmax's,
-  // whose noise is, keep f32 rows. Not for the softmax/normalize backward (it cost them a few registers, 4 -> 3 CTAs);
-  // the layer/rms_norm backward needs it to fit 64 registers (norm_min_ctas).
+  // whose noise is, keep f32 rows. Backward: the layer/rms_norm one needs it to fit 64 registers,
+  // softmax / log_softmax's to fit 42 (norm_min_ctas); not the normalize backward (packing cost
+  // it a few registers, 4 -> 3 CTAs).
   constexpr bool kPacked = sizeof(T) == 2 && sizeof(M) == 4 && kV == 8 && !Op::kMaskable && !kAddsNoise<Op> &&
-                           (Op::kDir == Direction::Forward || Op::kParamGrad);
+                           (Op::kDir == Direction::Forward || Op::kParamGrad || kSoftmaxBw<Op>);
   constexpr int kSt = kPacked ? kItems / 2 : kItems;  // storage slots a thread and input
   using R = cuda::std::conditional_t<kPacked, uint32_t, M>;
 
