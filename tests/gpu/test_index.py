@@ -312,11 +312,13 @@ def shifted_empty(shape, dt, elems):
 @pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
 @pytest.mark.parametrize("dt", ROW_DTYPES, ids=str)
 def test_pad_rows(mode, dt):
-    """The row kernel (16-byte output chunks along the padded innermost dim): interior chunks
-    read one or two shifted 16-byte words, edge chunks map element by element; odd sizes,
-    misaligned input and output views, a transposed input, rows crossing chunk boundaries."""
+    """The row kernels of pad's forward: warp tasks of rows (short rows, here up to 2 KB) and
+    16-byte output chunks (longer rows: the 1000-column f32 and f64 cases); odd sizes, many
+    tasks with a partial last one, misaligned input and output views, a transposed input (its
+    padded dim strided), rows crossing chunk boundaries."""
     cases = [((2, 3, 16, 16), (1, 1, 1, 1)), ((4, 6, 33), (5, 7)), ((5, 64), (8, 8, 3, 2)), ((2, 17, 18), (1, 1, 1, 1)),
-             ((3, 9, 130), (2, 1, 0, 0, 1, 1)), ((7, 40), (3, 4))]
+             ((3, 9, 130), (2, 1, 0, 0, 1, 1)), ((7, 40), (3, 4)), ((3, 5, 70, 130), (1, 1, 1, 1)),
+             ((37, 1000), (9, 15, 2, 1))]
     for shape, pad in cases:
         x = make(shape, dt, "padrows", shape, mode, dt)
         same_bits(F.pad(x, pad, mode), ref_op(lambda t: pad_reference(t, pad, mode), x), f"pad rows {mode} {shape}")
