@@ -187,10 +187,11 @@ Result<std::shared_ptr<const LinearCe>> LinearCe::select(const Target& target, c
   s.precision.bit_stable = bit_stable;
   std::string note = "logits rounded to " + dname(dt) +
                      " (F.linear's output) before the softmax; online (max, sum exp) per row, exp via " +
-                     (es == 2 ? "__expf / ex2.approx (16-bit storage)" : (es == 8 ? "exp" : "expf"));
+                     (es == 2 ? "ex2.approx.ftz (16-bit storage)" : (es == 8 ? "exp" : "expf"));
   if (d.has(3))
-    note += "; class weights as cross_entropy's (a row's loss and gradient times weight[target]; the mean divides "
-            "by the sum of the non-ignored targets' weights)";
+    note +=
+        "; class weights as cross_entropy's (a row's loss and gradient times weight[target]; the mean divides "
+        "by the sum of the non-ignored targets' weights)";
   if (p->grads_)
     note += "; dlogits rounded to " + dname(dt) + " before the gradient GEMMs" +
             (p->chunks_ > 1 ? "; grad_weight accumulated over " + str(p->chunks_) + " chunks in " + dname(dt) +

@@ -684,8 +684,7 @@ Result<LossPlan> LossPlan::select(const Target& target, const LossDesc& desc, co
                                         (p.allow_vectorized_ ? "" : " (vectorization forbidden)");
     if (ce)
       p.sku_.precision.note = std::string("online (max, sum exp) per row, exp via ") +
-                              (es == 2 ? (c.cluster > 0 ? "ex2.approx.ftz (16-bit storage)" : "__expf (16-bit storage)")
-                                       : (es == 8 ? "exp" : "expf")) +
+                              (es == 2 ? "ex2.approx.ftz (16-bit storage)" : (es == 8 ? "exp" : "expf")) +
                               (bw && !desc.fused_grad ? "; gradient from the saved log-sum-exp" : "") +
                               (desc.fused_grad ? (bw ? "; rescales the fused forward's gradient by dy (none if 1)"
                                                      : (c.cluster > 0 ? "; gradient fused in the forward, the row held "

@@ -34,6 +34,7 @@
 
 #include "kernels/common/cluster.cuh"
 #include "kernels/common/dtype_traits.cuh"
+#include "kernels/common/short_math.cuh"
 #include "kernels/common/smem_optin.cuh"
 #include "ops/norm/norm_launch.hpp"
 #include "ops/norm/norm_philox.hpp"
@@ -77,20 +78,23 @@ __device__ __forceinline__ float bsqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double bsqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float bmax(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double bmax(double a, double b) { return fmax(a, b); }
-/// exp(x - m) for the softmax forward. kFast (f16/bf16 storage): __expf(d) = ex2.approx.ftz(d *
-/// log2e), i.e. FMUL + MUFU.EX2 (max error 2 + 1.17|d| ulp of f32, ~1e-5 relative at |d| = 100,
-/// where the result is already < 1e-43 of the row max's term), instead of expf's accurate
-/// range-reduction sequence (~10 instructions). The softmax forward takes two exps an element
-/// (sum and output): with expf it was bound by instruction issue, not memory (bf16
+/// exp(x - m) for the softmax forward. kFast (f16/bf16 storage): ex2.approx.ftz(d * log2e)
+/// (short_math::ex2_fast), i.e. FMUL + MUFU.EX2 (max error 2 + 1.17|d| ulp of f32, ~1e-5 relative
+/// at |d| = 100, where the result is already < 1e-43 of the row max's term), instead of expf's
+/// accurate range-reduction sequence (~10 instructions). The softmax forward takes two exps an
+/// element (sum and output): with expf it was bound by instruction issue, not memory (bf16
 /// [16384, 4096] at 36% of copy bandwidth while normalize, same bytes, reached 89%). The error is
-/// far below the half-ulp of a 16-bit output (2^-9 bf16, 2^-12 f16); ftz only drops terms below
-/// 2^-126, under any tolerance's atol. The subtraction stays first (not fma(x, log2e, -max *
-/// log2e)) so a max near FLT_MAX cannot overflow when pre-scaled. f32/f64 outputs keep expf/exp
-/// (f32's rtol is ~1e-6).
+/// far below the half-ulp of a 16-bit output (2^-9 bf16, 2^-12 f16). Not __expf: compiled without
+/// -ftz it is ex2.approx.f32, whose subnormal-result fix-up (FSETP and two predicated FMULs
+/// around the MUFU) made the sequence 7 instructions for 3: H200, [16384, 4096] bf16 softmax fw
+/// 94.3 -> 79.9 us, log_softmax fw 86.7 -> 76.4, bit-identical outputs (only results below
+/// 2^-126 differ, flushed to 0: bf16 outputs under 1.2e-38; f16 outputs and the sums never see
+/// them). The subtraction stays first (not fma(x, log2e, -max * log2e)) so a max near FLT_MAX
+/// cannot overflow when pre-scaled. f32/f64 outputs keep expf/exp (f32's rtol is ~1e-6).
 template <bool kFast, class M>
 __device__ __forceinline__ M sm_exp(M d) {
   if constexpr (kFast && sizeof(M) == 4)
-    return __expf(d);
+    return short_math::ex2_fast(d * 1.4426950408889634f);
   else
     return bexp(d);
 }
@@ -196,6 +200,9 @@ struct OpDefaults {
   /// The reductions read only the first input: a streamed row's reduction passes skip loading the
   /// second (log_softmax's backward sums dy alone; y is needed only at the output).
   static constexpr bool kReduceReadsIn0 = false;
+  /// Backward ops without parameter gradients whose 16-bit rows are held packed (kPacked) under a
+  /// register cap of this many 512-thread CTAs an SM (norm_min_ctas); 0: f32 rows, no cap.
+  static constexpr int kPackedBwMinCtas = 0;
   template <class M>
   __device__ static Acc<M> identity() {
     return {M(0), M(0)};
@@ -211,7 +218,7 @@ struct OpDefaults {
 };
 
 /// softmax / log_softmax forward: one pass of (max, sum of exp(x - max)), merged online.
-/// kFast: the storage type is 16-bit, so exp takes the __expf path (see sm_exp).
+/// kFast: the storage type is 16-bit, so exp takes the ex2.approx.ftz path (see sm_exp).
 /// kMask: the masked instantiation (launched only when a mask is given). A separate one because a
 /// maskable row is held unpacked in f32 (the additive mask is added in f32, see kPacked): the
 /// unmasked 16-bit forward packs its row and runs at more CTAs an SM (H100, [16384, 4096] bf16
@@ -327,7 +334,7 @@ struct RmsNormFw : OpDefaults {
 };
 
 /// softmax backward: dx = y * (dy - sum(dy * y)); log_softmax: dx = dy - exp(y) * sum(dy).
-/// Inputs: dy, y. kFast (16-bit storage): log_softmax's exp(y) as sm_exp's __expf (y <= 0, so
+/// Inputs: dy, y. kFast (16-bit storage): log_softmax's exp(y) as sm_exp's ex2.approx.ftz (y <= 0, so
 /// exp(y) <= 1 and its few-ulp f32 error is far below the output's rounding), instead of expf's
 /// range reduction: it held the bf16 [16384, 4096] backward at 90% of copy bandwidth.
 template <bool kLog, bool kFast = false>
@@ -336,6 +343,7 @@ struct SoftmaxBw : OpDefaults {
   static constexpr Direction kDir = Direction::Backward;
   static constexpr int kIn = 2, kPasses = 1;
   static constexpr bool kReduceReadsIn0 = kLog;
+  static constexpr int kPackedBwMinCtas = 3;  // 42 registers (norm_min_ctas)
   template <class M, int K, int V, class Wt>
   __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>&) {
     M s = 0;
@@ -454,6 +462,7 @@ struct NormalizeBw : OpDefaults {
   static constexpr NormOp kOp = NormOp::normalize;
   static constexpr Direction kDir = Direction::Backward;
   static constexpr int kIn = 2, kPasses = 1;
+  static constexpr int kPackedBwMinCtas = 3;  // 42 registers (norm_min_ctas)
   template <class M, int K, int V, class Wt>
   __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>&) {
     M a = 0, b = 0;
@@ -730,7 +739,7 @@ struct SparsemaxBw : OpDefaults {
 /// St: mean = max z, rstd = 1 / sum, (c1, c2) = the argmax, q0 = tau, q1 = hard.
 template <class T>
 struct GumbelFw : OpDefaults {
-  static constexpr bool kFast = sizeof(T) == 2;  // __expf for 16-bit outputs (see sm_exp)
+  static constexpr bool kFast = sizeof(T) == 2;  // ex2.approx.ftz for 16-bit outputs (see sm_exp)
   static constexpr NormOp kOp = NormOp::gumbel_softmax;
   static constexpr Direction kDir = Direction::Forward;
   static constexpr int kIn = 1, kPasses = 2;
@@ -1065,10 +1074,6 @@ __device__ __forceinline__ void gumbel_noise(uint64_t seed, uint64_t offset, int
   }
 }
 
-/// softmax / log_softmax backward (dy, y -> dx; not gumbel_softmax's, whose op differs).
-template <class Op>
-inline constexpr bool kSoftmaxBw = Op::kDir == Direction::Backward &&
-                                   (Op::kOp == NormOp::softmax || Op::kOp == NormOp::log_softmax);
 /// Register cap: __launch_bounds__' minimum CTAs of 512 threads an SM (2 -> 64 registers a
 /// thread; 0 = no minimum, i.e. the 128 that 512 threads allow; note 1 is not the same as 0: it
 /// emits .minnctapersm and ptxas then allocates differently, +20 registers on some backward
@@ -1096,7 +1101,9 @@ constexpr int norm_min_ctas() {
   // H200, [16384, 4096] bf16: 118.3 / 122.7 us unpacked at 62-64 registers (4 CTAs), 104.7 /
   // 107.1 packed alone (the compiler kept ~62), 101.6 / 101.7 capped (12 bytes of spills; the
   // unpacked row capped spilled 150-240 bytes and ran 178 us): a same-traffic copy takes 98.2.
-  if (kSoftmaxBw<Op>) return 3;
+  // normalize backward (p = 2), same treatment: 62 -> 40 registers, 125 -> 105 us (H200, same
+  // shape; capped at 64 instead: 109); packed alone it had lost a CTA an SM (4 -> 3).
+  if (Op::kPackedBwMinCtas > 0) return Op::kPackedBwMinCtas;
   if (Op::kDir != Direction::Forward) return Op::kParamGrad ? 2 : 0;  // see kPacked / param_sums
   if ((Op::kOp == NormOp::layer_norm || Op::kOp == NormOp::sparsemax) && cuda::std::is_same_v<T, __half>)
     return 0;  // f16 sparsemax at 64: ~190 bytes of spills (bf16: none)
@@ -1274,10 +1281,10 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
   // every held value is a T (loaded, or x + residual already rounded to T); only the masked
   // softmax / log_softmax forward, whose additive mask is added in f32, and gumbel_softmax's,
   // whose noise is, keep f32 rows. Backward: the layer/rms_norm one needs it to fit 64 registers,
-  // softmax / log_softmax's to fit 42 (norm_min_ctas); not the normalize backward (packing cost
-  // it a few registers, 4 -> 3 CTAs).
+  // softmax / log_softmax's and normalize's (p = 2) to fit 42 (Op::kPackedBwMinCtas,
+  // norm_min_ctas).
   constexpr bool kPacked = sizeof(T) == 2 && sizeof(M) == 4 && kV == 8 && !Op::kMaskable && !kAddsNoise<Op> &&
-                           (Op::kDir == Direction::Forward || Op::kParamGrad || kSoftmaxBw<Op>);
+                           (Op::kDir == Direction::Forward || Op::kParamGrad || Op::kPackedBwMinCtas > 0);
   constexpr int kSt = kPacked ? kItems / 2 : kItems;  // storage slots a thread and input
   using R = cuda::std::conditional_t<kPacked, uint32_t, M>;
 

@@ -411,13 +411,13 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
   switch (desc.op) {
     case NormOp::softmax:
     case NormOp::log_softmax:
-      // The kernel's exp (norm_kernel.cuh, sm_exp): __expf for 16-bit outputs, where its ~1e-6
+      // The kernel's exp (norm_kernel.cuh, sm_exp): ex2.approx.ftz for 16-bit outputs, where its ~1e-6
       // relative error is far below the output's rounding; expf (exp for f64) otherwise.
       p.sku_.precision.note =
           bw ? std::string("row sum in fixed order") +
-                   (desc.op == NormOp::log_softmax && es == 2 ? ", exp via __expf (16-bit output)" : "")
+                   (desc.op == NormOp::log_softmax && es == 2 ? ", exp via ex2.approx.ftz (16-bit output)" : "")
              : std::string("online (max, sum exp) merge, exp via ") +
-                   (es == 2 ? "__expf (16-bit output)" : (es == 8 ? "exp" : "expf"));
+                   (es == 2 ? "ex2.approx.ftz (16-bit output)" : (es == 8 ? "exp" : "expf"));
       if (desc.mask == NormMask::boolean) p.sku_.precision.note += "; boolean mask (true = excluded, empty rows 0)";
       if (desc.mask == NormMask::additive) p.sku_.precision.note += "; additive mask added in f32";
       break;
