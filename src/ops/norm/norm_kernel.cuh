@@ -343,7 +343,7 @@ struct SoftmaxBw : OpDefaults {
   static constexpr Direction kDir = Direction::Backward;
   static constexpr int kIn = 2, kPasses = 1;
   static constexpr bool kReduceReadsIn0 = kLog;
-  static constexpr int kPackedBwMinCtas = 3;  // 42 registers (norm_min_ctas)
+  static constexpr int kPackedBwMinCtas = 2;  // 64 registers (norm_min_ctas)
   template <class M, int K, int V, class Wt>
   __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>&) {
     M s = 0;
@@ -462,7 +462,7 @@ struct NormalizeBw : OpDefaults {
   static constexpr NormOp kOp = NormOp::normalize;
   static constexpr Direction kDir = Direction::Backward;
   static constexpr int kIn = 2, kPasses = 1;
-  static constexpr int kPackedBwMinCtas = 3;  // 42 registers (norm_min_ctas)
+  static constexpr int kPackedBwMinCtas = 2;  // 64 registers (norm_min_ctas)
   template <class M, int K, int V, class Wt>
   __device__ static Acc<M> thread_pass(int, const M (&v)[kIn][K], const bool (&ok)[K / V], const Wt&, const St<M>&) {
     M a = 0, b = 0;
@@ -1097,12 +1097,11 @@ constexpr int norm_min_ctas() {
   // Cluster rows are 512-thread CTAs: two an SM (64 registers) keep a second row's loads in
   // flight while one CTA waits at its cluster barrier.
   if (kCluster && !kAddsNoise<Op>) return 2;
-  // softmax / log_softmax backward: packed rows (kPacked) at 42 registers, 6 CTAs of 256 an SM.
-  // H200, [16384, 4096] bf16: 118.3 / 122.7 us unpacked at 62-64 registers (4 CTAs), 104.7 /
-  // 107.1 packed alone (the compiler kept ~62), 101.6 / 101.7 capped (12 bytes of spills; the
-  // unpacked row capped spilled 150-240 bytes and ran 178 us): a same-traffic copy takes 98.2.
-  // normalize backward (p = 2), same treatment: 62 -> 40 registers, 125 -> 105 us (H200, same
-  // shape; capped at 64 instead: 109); packed alone it had lost a CTA an SM (4 -> 3).
+  // softmax / log_softmax / normalize (p = 2) backward: packed rows (kPacked), 32 items at 64
+  // registers (8 CTAs of 128 for a 4096 row; norm_big_items). History, H200, [16384, 4096] bf16:
+  // softmax bw 118.3 us with f32 rows of 16 at 62-64 registers (4 CTAs of 256), 104.7 packed
+  // alone, 101.6 packed at 42 registers (6 CTAs), 100.0 with 32 items at 64 (normalize bw 124.8,
+  // 105.3, 99.6). 32 items at 42 registers spilled (220 us); a copy of the same traffic: 98-103.
   if (Op::kPackedBwMinCtas > 0) return Op::kPackedBwMinCtas;
   if (Op::kDir != Direction::Forward) return Op::kParamGrad ? 2 : 0;  // see kPacked / param_sums
   if ((Op::kOp == NormOp::layer_norm || Op::kOp == NormOp::sparsemax) && cuda::std::is_same_v<T, __half>)
@@ -1281,8 +1280,8 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
   // every held value is a T (loaded, or x + residual already rounded to T); only the masked
   // softmax / log_softmax forward, whose additive mask is added in f32, and gumbel_softmax's,
   // whose noise is, keep f32 rows. Backward: the layer/rms_norm one needs it to fit 64 registers,
-  // softmax / log_softmax's and normalize's (p = 2) to fit 42 (Op::kPackedBwMinCtas,
-  // norm_min_ctas).
+  // softmax / log_softmax's and normalize's (p = 2) to hold 32 items at 64 (Op::kPackedBwMinCtas,
+  // norm_min_ctas, norm_big_items).
   constexpr bool kPacked = sizeof(T) == 2 && sizeof(M) == 4 && kV == 8 && !Op::kMaskable && !kAddsNoise<Op> &&
                            (Op::kDir == Direction::Forward || Op::kParamGrad || Op::kPackedBwMinCtas > 0);
   constexpr int kSt = kPacked ? kItems / 2 : kItems;  // storage slots a thread and input
@@ -1615,7 +1614,10 @@ cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
   constexpr int es = int(sizeof(T));
   constexpr int kV = detail::norm_vec(es);
   constexpr int kSmall = detail::norm_small_items(es);
-  constexpr int kBig = detail::norm_big_items(Op::kOp, Op::kDir, es);
+  constexpr int kBig =
+      detail::norm_big_items(Op::kOp, Op::kDir, es, Op::kPackedBwMinCtas > 0 || Op::kDir == Direction::Forward);
+  // The plan sized tpr with the items of norm_packed_bw(op, p == 2): a packed op must be one of them.
+  static_assert(Op::kPackedBwMinCtas == 0 || detail::norm_packed_bw(Op::kOp, true), "see norm_packed_bw");
   const int groups = p.block / p.tpr;
   // The scalar (strided) variant computes one 64-bit offset per element: at 32 items it spills,
   // so it holds at most 16 (rows that no longer fit stream; the kernel decides per launch);

@@ -22,12 +22,25 @@ inline constexpr int kNormMaxRowDims = kMaxRank - 1;
 /// (__launch_bounds__(512) gives 128 registers a thread): 32 for the forward (the row only:
 /// parameters are read at the output), 16 for the backward (two streams plus the weight and the
 /// parameter-gradient sums), 8 for f64 (two registers an element); gumbel_softmax's forward 16
-/// (an f32 row and the Philox rounds of its noise: see norm_min_ctas).
+/// (an f32 row and the Philox rounds of its noise: see norm_min_ctas). The 16-bit backward of
+/// the norm_packed_bw ops holds its two rows packed (two elements a register), so it
+/// too takes 32 at 64 registers: H200, [16384, 4096] bf16, 16 items at 42 registers (6 CTAs of
+/// 256) vs 32 at 64 (8 of 128): softmax bw 101.3 -> 100.0 us, normalize bw 104.3 -> 99.6 (more
+/// bytes in flight an SM: 128 KB instead of 96). 32 items without the cap: 113-116 registers,
+/// 152-156 us; 64 items spill.
 constexpr int norm_vec(int elem_bytes) { return 16 / elem_bytes; }
 constexpr int norm_small_items(int elem_bytes) { return norm_vec(elem_bytes); }
-constexpr int norm_big_items(NormOp op, Direction dir, int elem_bytes) {
+/// The backward ops whose 16-bit rows are held packed (two elements a register) under a register
+/// cap: softmax, log_softmax, gumbel_softmax (softmax's backward times its scale), and normalize
+/// with p = 2 (`p2`; other p keep f32 rows).
+constexpr bool norm_packed_bw(NormOp op, bool p2) {
+  return op == NormOp::softmax || op == NormOp::log_softmax || op == NormOp::gumbel_softmax ||
+         (op == NormOp::normalize && p2);
+}
+constexpr int norm_big_items(NormOp op, Direction dir, int elem_bytes, bool p2 = true) {
   if (elem_bytes == 8) return 8;
-  return dir == Direction::Forward && op != NormOp::gumbel_softmax ? 32 : 16;
+  if (dir == Direction::Forward) return op != NormOp::gumbel_softmax ? 32 : 16;
+  return elem_bytes == 2 && norm_packed_bw(op, p2) ? 32 : 16;
 }
 /// Most threads per row (one CTA per row) and most partial-sum slots for parameter gradients.
 inline constexpr int kNormMaxTpr = 512;

@@ -355,7 +355,7 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
   const bool bw = desc.direction == Direction::Backward;
   const int es = size_in_bytes(desc.dtype);
   const int small = detail::norm_small_items(es);
-  const int big = detail::norm_big_items(desc.op, desc.direction, es);
+  const int big = detail::norm_big_items(desc.op, desc.direction, es, desc.p == 2.0);
   Config& c = p.cfg_;
   const int64_t n = p.n_;
   if (n <= int64_t{32} * small) {
