@@ -532,6 +532,20 @@ TEST(IndexLayout, MappedOps) {
   im.x = ref_of(0, DType::bf16, Layout::contiguous({2, 3, 128, 128}));
   im.out = mut_of(1, DType::bf16, Layout::contiguous({2, 3, 130, 130}));
   EXPECT_EQ(img->layout_for(im), "mapped-rows-2B-i32");
+  // Output rows of at least 512 bytes take the word variant (aligned 16-byte output words).
+  const int64_t lr[] = {0, 0, 3, 5};
+  auto long_rows =
+      IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::bf16, Shape::of({37, 1000}), lr, PadMode::reflect));
+  IndexArgs lra;
+  lra.x = ref_of(0, DType::bf16, Layout::contiguous({37, 1000}));
+  lra.out = mut_of(1, DType::bf16, Layout::contiguous({37, 1008}));
+  EXPECT_EQ(long_rows->layout_for(lra), "mapped-rows-words-2B-i32");
+  // 255 bf16 (510 bytes) stay on the element kernels.
+  auto below = IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::bf16, Shape::of({37, 247}), lr, PadMode::reflect));
+  IndexArgs ba;
+  ba.x = ref_of(0, DType::bf16, Layout::contiguous({37, 247}));
+  ba.out = mut_of(1, DType::bf16, Layout::contiguous({37, 255}));
+  EXPECT_EQ(below->layout_for(ba), "mapped-rows-2B-i32");
 
   // Constant padding of an outer dim keeps the contiguous inner rows widened.
   const int64_t outer[] = {1, 1, 0, 0};

@@ -506,9 +506,301 @@ void shift_window(const MapDim& m, int64_t* lo, int64_t* hi) {
   }
 }
 
-template <int EB>
-cudaError_t row_copy_with(const CopyParams& p, bool i64, cudaStream_t stream) {
+// ---- pad's forward in aligned 16-byte words (the word variant) ----------------------------------
+/// Why: the element kernels above move EB bytes an access (64 B a warp request for bf16): on long
+/// rows they reached 24-53% of a 16-byte copy's speed on the same bytes (H200); a copy needs
+/// 16-byte accesses. Pad's interior is shifted by the pad before, so an output word's sources straddle
+/// two aligned input words whose offset within them varies row by row; here a thread stores one
+/// ALIGNED 16-byte output word and reads the two aligned input words covering its interior
+/// sources, then funnel-shifts them into place (no shared memory: the staged variant paid more
+/// issue for its per-element scatter into shared memory than it saved).
+///
+/// Work: the output dims [gdim, rank) are dense (a segment, as RowGeom) and are cut into aligned
+/// words, word j of a segment starting `m` elements before the segment's first element when the
+/// segment is not 16-byte aligned. A warp takes a *task* of 32 * U consecutive words of one
+/// segment (lane + 32 h: every store instruction of the warp writes 512 contiguous bytes) and:
+///  1. decomposes the task's rows once (at most 32 of them: the host checks), lane k row r0 + k,
+///     so a word finds its row's input offset by a shuffle and its column by a multiply-high
+///     (no division and no outer-dim walk per word);
+///  2. issues the loads of all U words before any store (2U 16-byte loads a lane in flight):
+///     an interior word (one row, inside the shift window) reads the aligned input word(s) that
+///     cover its sources; a word of a border row that maps outside the input (constant pad) or
+///     wholly in a constant pad column stores the fill;
+///  3. stores them, then moves the *edge* words (pad columns of reflect/replicate/circular,
+///     words across a row end, a segment's partial end words, loads outside the input's
+///     footprint) element by element, the lanes sharing the elements of the warp's edge words
+///     (a 128-byte list a warp in shared memory).
+///     Their sources lie next to the interior words' just loaded, so they mostly hit L1: the
+///     edge pass costs issue, not a second DRAM latency.
+/// Loads never leave the input's footprint [in, in + in_reach): an aligned pair reaching
+/// outside it goes through the edge pass, which reads only mapped elements. Results are the
+/// element kernels' bit for bit (pure byte moves; the same map, see WordGeom's lo/hi pieces).
+struct WordGeom {
+  int gdim = 0;
+  int out_mis = 0, in_mis = 0;  ///< (address / element bytes) mod elements a word
+  int fill_outside = 0;         ///< constant pad: columns outside the window take the fill
+  uint32_t w_magic = 0;         ///< floor(2^32 / inner output size): columns by multiply-high
+  int64_t seg_len = 0, rows_per_seg = 0, tasks_per_seg = 0, tasks = 0;
+  int64_t win_lo = 0, win_hi = 0;  ///< the inner dim's shift window (output columns)
+  int64_t in_reach = 0;            ///< the input's footprint in elements
+  /// The inner dim's map as two linear pieces applied in turn (i = o - a; i < 0: i = lo_mul * i
+  /// + lo_add; then i >= n: i = hi_mul * i + hi_add; then 0 <= i < n reads, else the fill): the
+  /// pad modes without a division or a switch per element. Identical to map_coord for
+  /// constant, reflect and replicate; circular when -n <= o - a < 2n (the host checks).
+  int64_t lo_mul = 1, lo_add = 0, hi_mul = 1, hi_add = 0;
+};
+inline constexpr int kWordTask = 4;  ///< words a lane (U): 8 x 16 B loads in flight a lane
+
+/// 16 bytes starting `shift` bytes (0 <= shift < 16) into the 32 bytes lo:hi (little endian):
+/// two select stages pick the 5 source words (shift / 4), 4 funnel shifts the bytes (shift % 4).
+__device__ __forceinline__ uint4 funnel16(const uint4 lo, const uint4 hi, const int shift) {
+  const uint32_t x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const bool two = shift & 8, one = shift & 4;
+  uint32_t z[6], y[5];
+#pragma unroll
+  for (int i = 0; i < 6; ++i) z[i] = two ? x[i + 2] : x[i];
+#pragma unroll
+  for (int i = 0; i < 5; ++i) y[i] = one ? z[i + 1] : z[i];
+  const int bits = (shift & 3) * 8;
+  uint4 r;
+  r.x = __funnelshift_r(y[0], y[1], bits);
+  r.y = __funnelshift_r(y[1], y[2], bits);
+  r.z = __funnelshift_r(y[2], y[3], bits);
+  r.w = __funnelshift_r(y[3], y[4], bits);
+  return r;
+}
+
+/// x / w for 0 <= x < 2^32 with magic = floor(2^32 / w), 2 <= w < 2^31: the multiply-high is low
+/// by at most one (x * (2^32 / w - magic) < 2^32), one compare fixes it.
+__device__ __forceinline__ uint32_t div_magic(uint32_t x, uint32_t w, uint32_t magic) {
+  uint32_t q = __umulhi(x, magic);
+  if (x - q * w >= w) ++q;
+  return q;
+}
+
+/// MinB: blocks an SM the registers must allow (4: 64 registers, 32 warps; a few bytes spill at
+/// U = 4, in the per-task code).
+template <int EB, class I, int U, int MinB = 4>
+__global__ void __launch_bounds__(256, MinB) pad_words_kernel(const CopyParams p, const WordGeom g) {
+  using W = typename Word<EB>::type;
   constexpr int V = 16 / EB;
+  constexpr unsigned kAll = 0xffffffffu;
+  W fill;
+  memcpy(&fill, p.fill, EB);
+  W fills[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) fills[k] = fill;
+  uint4 fill16;
+  memcpy(&fill16, fills, 16);
+  const W* in = reinterpret_cast<const W*>(p.in);
+  W* out = reinterpret_cast<W*>(p.out);
+  const int inner = p.rank - 1;
+  const I w_out = static_cast<I>(p.d[inner].out_size), n_in = static_cast<I>(p.d[inner].in_size);
+  const I a_in = static_cast<I>(p.d[inner].a);
+  const I seg_len = static_cast<I>(g.seg_len), tps = static_cast<I>(g.tasks_per_seg);
+  const I last_row = static_cast<I>(g.rows_per_seg) - 1;
+  const I win_lo = static_cast<I>(g.win_lo), win_hi = static_cast<I>(g.win_hi);
+  const I reach = static_cast<I>(g.in_reach);
+  const int lane = threadIdx.x & 31;
+  __shared__ unsigned char edge_lists[8][32 * U];  // 256 threads: 8 warps (see step 3)
+  unsigned char* const edge_list = edge_lists[threadIdx.x / 32];
+  const I warps = static_cast<I>(gridDim.x) * (blockDim.x / 32);
+  for (I t = static_cast<I>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; t < static_cast<I>(g.tasks);
+       t += warps) {
+    // Per task (warp-uniform): the segment, the task's first row, lane k's row r0 + k.
+    const I s = t / tps, tj = t - s * tps;
+    const RowAt<I> seg = locate_dims<I>(p, 0, g.gdim, s);
+    const I e_task = tj * (32 * U * V) - ((static_cast<I>(g.out_mis) + seg.out) & (V - 1));
+    const I first = e_task < 0 ? I(0) : e_task;
+    if (first >= seg_len) continue;  // the spare words past an aligned segment's end
+    const I r0 = sizeof(I) == 4
+                     ? static_cast<I>(div_magic(static_cast<uint32_t>(first), static_cast<uint32_t>(w_out), g.w_magic))
+                     : first / w_out;
+    const RowAt<I> mine = locate_dims<I>(p, g.gdim, inner, r0 + lane <= last_row ? r0 + lane : last_row);
+    const I my_in = mine.in + seg.in;
+    const unsigned ok_rows = __ballot_sync(kAll, mine.ok && seg.ok);
+    const I row0 = r0 * w_out;  // the task's first row starts here (segment elements)
+    W* const seg_out = out + seg.out;
+
+    // Word h of this lane: elements [e0, e0 + V) of the segment, live [eb, ee); column c of eb in
+    // task row rr (its column may pass the row end: the word then ends in row rr + 1).
+    struct At {
+      I e0, eb, ee, c;
+      int rr;
+    };
+    auto at = [&](int ln, int h) {
+      At x;
+      x.e0 = e_task + static_cast<I>(ln + 32 * h) * V;
+      x.eb = x.e0 < 0 ? I(0) : x.e0;
+      x.ee = x.e0 + V < seg_len ? x.e0 + V : seg_len;
+      const I rel = x.eb < x.ee ? x.eb - row0 : I(0);  // < 32 U V + w_out: fits the magic
+      const I q = static_cast<I>(div_magic(static_cast<uint32_t>(rel), static_cast<uint32_t>(w_out), g.w_magic));
+      x.c = rel - q * w_out;
+      x.rr = static_cast<int>(q) & 31;  // live words: q <= 31 (host: at most 32 rows a task)
+      return x;
+    };
+
+    // 1. Classify and issue every load before any store.
+    uint4 lo[U], hi[U];
+    unsigned shifts = 0;  // byte shift of word h in bits [8h, 8h + 8) (one register, not U)
+    unsigned vec = 0, fillw = 0, edge = 0;
+#pragma unroll
+    for (int h = 0; h < U; ++h) {
+      const At x = at(lane, h);
+      const I in_a = __shfl_sync(kAll, my_in, x.rr);
+      const bool ok_a = (ok_rows >> x.rr) & 1u;
+      const bool one_row = x.e0 >= 0 && x.ee - x.e0 == V && x.c + V <= w_out;  // a full word, one row
+      const bool inside = x.c >= win_lo && x.c + V <= win_hi;
+      const I src = in_a + (x.c - a_in);
+      const int mis = static_cast<int>((static_cast<I>(g.in_mis) + src) & (V - 1));
+      const I al = src - mis;  // the aligned word at or before the first source
+      const bool v = one_row && ok_a && inside && al >= 0 && al + (mis ? 2 * V : V) <= reach;
+      const bool f = one_row && (!ok_a || (g.fill_outside && (x.c + V <= win_lo || x.c >= win_hi)));
+      lo[h] = hi[h] = make_uint4(0, 0, 0, 0);
+      shifts |= static_cast<unsigned>(mis * EB) << (8 * h);
+      // Plain loads, not the non-coherent __ldg: ptxas may sink .nc loads past the stores below
+      // (it did, to save registers, leaving half of them behind the first store and paying the
+      // DRAM latency twice); ordinary loads keep their place before the stores.
+      if (v) lo[h] = *reinterpret_cast<const uint4*>(in + al);
+      if (v && mis) hi[h] = *(reinterpret_cast<const uint4*>(in + al) + 1);
+      vec |= unsigned(v) << h;
+      fillw |= unsigned(f) << h;
+      edge |= unsigned(x.eb < x.ee && !v && !f) << h;
+    }
+    // 2. The vector and fill words.
+#pragma unroll
+    for (int h = 0; h < U; ++h) {
+      uint4* dst = reinterpret_cast<uint4*>(seg_out + (e_task + static_cast<I>(lane + 32 * h) * V));
+      if ((vec >> h) & 1u) *dst = funnel16(lo[h], hi[h], (shifts >> (8 * h)) & 0xff);
+      if ((fillw >> h) & 1u) *dst = fill16;
+    }
+    // 3. The edge words, element by element, the warp's lanes sharing them: the warp lists its
+    //    edge words (h and owner lane, in a per-warp shared array) and deals their elements out a
+    //    lane each, so a pass moves 32 elements however few lanes own one (the bench's 130-element
+    //    rows: ~10 edge words a task, 3 passes). A lane walking its own words' V elements took U
+    //    passes of ~270 instructions, as much as the rest of the task together. Their sources lie
+    //    beside the interior words' just loaded, so the loads mostly hit L1.
+    __syncwarp();  // the previous task's readers of the list are done
+    int n_edge = 0;
+#pragma unroll
+    for (int h = 0; h < U; ++h) {
+      const unsigned owners = __ballot_sync(kAll, (edge >> h) & 1u);
+      if ((edge >> h) & 1u)
+        edge_list[n_edge + __popc(owners & ((1u << lane) - 1))] = static_cast<unsigned char>(h << 5 | lane);
+      n_edge += __popc(owners);
+    }
+    __syncwarp();
+    const I lo_mul = static_cast<I>(g.lo_mul), lo_add = static_cast<I>(g.lo_add);
+    const I hi_mul = static_cast<I>(g.hi_mul), hi_add = static_cast<I>(g.hi_add);
+    for (int i0 = 0; i0 < n_edge * V; i0 += 32) {  // warp-uniform
+      const int idx = i0 + lane;
+      const bool act = idx < n_edge * V;
+      const int word = act ? edge_list[idx / V] : lane;  // h << 5 | owner lane
+      const int k = idx & (V - 1);
+      const At x = at(word & 31, word >> 5);
+      const I in_a = __shfl_sync(kAll, my_in, x.rr);
+      const I in_b = __shfl_sync(kAll, my_in, (x.rr + 1) & 31);
+      const I e = x.e0 + k;
+      if (!act || e < x.eb || e >= x.ee) continue;
+      I col = x.c + (e - x.eb);
+      const bool second = col >= w_out;  // the next row (w_out >= V: at most one row end)
+      if (second) col -= w_out;
+      I i = col - a_in;
+      if (i < 0) i = i * lo_mul + lo_add;
+      if (i >= n_in) i = i * hi_mul + hi_add;
+      W v = fill;
+      if (((ok_rows >> ((x.rr + second) & 31)) & 1u) && i >= 0 && i < n_in)
+        v = __ldg(in + ((second ? in_b : in_a) + i));
+      seg_out[e] = v;
+    }
+  }
+}
+
+/// The word variant's geometry, or false where it does not apply: the inner input dim must be
+/// unit-stride (the aligned loads read a contiguous row), the inner map a pad mode (circular only
+/// within one period each side), and a task of 32 * U words may touch at most 32 rows (rows of
+/// at least ~32 U V / 31 elements: 34 for bf16 at U = 4); anything else keeps the kernels above.
+template <int EB, int U>
+bool pad_words_geom(const CopyParams& p, WordGeom* g) {
+  constexpr int V = 16 / EB;
+  const int inner = p.rank - 1;
+  const MapDim& m = p.d[inner];
+  const int64_t n = m.in_size, w = m.out_size, a = m.a;
+  if (m.in_stride != 1 || m.out_stride != 1 || w < V || w >= (int64_t{1} << 30)) return false;
+  // Output rows of at least 512 bytes. H200, us, element kernels -> this one (U = 4): rows of
+  // 8190 B (bf16 [8192, 4095] pad (1, 2)) 74.4 -> 47.4, of 4097 B (u8) 88.1 -> 27.5, f32 129.8 ->
+  // 85.9; 1004 B (u8 [4096, 1000]) 17.4 -> 9.5; 528 B (bf16 [64, 1024, 257] pad (0, 7)) 32.1 ->
+  // 28.9; [16, 64, 256, 256] bf16 (516 B) 123.8 -> 104.1. Shorter rows lose: 260 B (the bench's
+  // [16, 64, 128, 128] bf16) 30.5 -> 33.2, 232 B (f32 [8, 256, 56, 56]) 20.4 -> 27.0, 84-132 B
+  // rows 9-15% slower: a task then spans many rows and the edge pass grows with them.
+  if (w * EB < 512) return false;
+  if ((32 * U * V - 1 + w - 1) / w + 1 > 32) return false;
+  WordGeom r;
+  switch (m.mode) {
+    case kIdentity:
+      r.fill_outside = 1;
+      break;
+    case kReflect:
+      r.lo_mul = -1;
+      r.hi_mul = -1;
+      r.hi_add = 2 * (n - 1);
+      break;
+    case kReplicate:
+      r.lo_mul = r.hi_mul = 0;
+      r.hi_add = n - 1;
+      break;
+    case kCircular:
+      if (n < 1 || a > n || w - a > 2 * n) return false;
+      r.lo_add = n;
+      r.hi_add = -n;
+      break;
+    default:
+      return false;
+  }
+  int64_t seg = w;
+  r.gdim = inner;
+  while (r.gdim > 0 && p.d[r.gdim - 1].out_stride == seg) seg *= p.d[--r.gdim].out_size;
+  int64_t n_seg = 1;
+  for (int d = 0; d < r.gdim; ++d) n_seg *= p.d[d].out_size;
+  r.seg_len = seg;
+  r.rows_per_seg = seg / w;
+  const int64_t words = (seg + 2 * V - 2) / V;  // a head of up to V - 1 elements before the first boundary
+  r.tasks_per_seg = (words + 32 * U - 1) / (32 * U);
+  r.tasks = n_seg * r.tasks_per_seg;
+  r.out_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.out) / EB) % V);
+  r.in_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.in) / EB) % V);
+  r.w_magic = static_cast<uint32_t>((uint64_t{1} << 32) / static_cast<uint64_t>(w));
+  shift_window(m, &r.win_lo, &r.win_hi);
+  r.in_reach = 1;
+  for (int d = 0; d < p.rank; ++d) {
+    if (p.d[d].in_size == 0) r.in_reach = 0;
+    if (r.in_reach) r.in_reach += (p.d[d].in_size - 1) * p.d[d].in_stride;
+  }
+  *g = r;
+  return true;
+}
+
+template <int EB, int U, int MinB = 4>
+cudaError_t pad_words_launch(const CopyParams& p, const WordGeom& g, bool i64, cudaStream_t stream) {
+  // 32-bit arithmetic also needs the task counter and the segment's element offsets (up to a
+  // task past its end) to stay below 2^31.
+  if (g.tasks + (int64_t{1} << 28) >= (int64_t{1} << 31) || g.seg_len + 2 * 32 * U * (16 / EB) >= (int64_t{1} << 31))
+    i64 = true;
+  const unsigned blocks = grid_for(g.tasks, 1, 8);  // 8 warps (tasks) a block
+  if (i64)
+    pad_words_kernel<EB, int64_t, U, MinB><<<blocks, 256, 0, stream>>>(p, g);
+  else
+    pad_words_kernel<EB, int32_t, U, MinB><<<blocks, 256, 0, stream>>>(p, g);
+  return cudaGetLastError();
+}
+
+/// words: the word variant where it applies (pad_words_geom); false keeps the element kernels
+/// (the standalone comparison driver runs both).
+template <int EB>
+cudaError_t row_copy_with(const CopyParams& p, bool i64, cudaStream_t stream, bool words = true) {
+  constexpr int V = 16 / EB;
+  if (WordGeom g; words && pad_words_geom<EB, kWordTask>(p, &g))
+    return pad_words_launch<EB, kWordTask>(p, g, i64, stream);
   RowGeom r;
   const int inner = p.rank - 1;
   int64_t seg = p.d[inner].out_size;
@@ -556,6 +848,22 @@ bool row_copy_ok(const CopyParams& p, int elem_bytes) {
   const MapDim& m = p.d[p.rank - 1];
   if (m.out_stride != 1 || m.out_size < 16 / elem_bytes) return false;
   return reinterpret_cast<uintptr_t>(p.out) % elem_bytes == 0 && reinterpret_cast<uintptr_t>(p.in) % elem_bytes == 0;
+}
+
+bool row_copy_words(const CopyParams& p, int elem_bytes) {
+  WordGeom g;
+  switch (elem_bytes) {
+    case 1:
+      return pad_words_geom<1, kWordTask>(p, &g);
+    case 2:
+      return pad_words_geom<2, kWordTask>(p, &g);
+    case 4:
+      return pad_words_geom<4, kWordTask>(p, &g);
+    case 8:
+      return pad_words_geom<8, kWordTask>(p, &g);
+    default:
+      return false;
+  }
 }
 
 cudaError_t launch_row_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream) {

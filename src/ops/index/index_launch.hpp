@@ -64,6 +64,10 @@ cudaError_t launch_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStrea
 /// 16 / elem_bytes elements, elem_bytes < 16, the pointers are element-aligned and there is no
 /// triangle (row_copy_ok).
 bool row_copy_ok(const CopyParams& p, int elem_bytes);
+/// Whether launch_row_copy takes the word variant (pad_words_kernel: aligned 16-byte output words,
+/// funnel-shifted from aligned input words; pad modes along a unit-stride last dim with output
+/// rows of at least 512 bytes). Host-only: it only reads shapes, strides and modes.
+bool row_copy_words(const CopyParams& p, int elem_bytes);
 /// i64: 64-bit index arithmetic (the launcher also switches to it when the chunk count needs it).
 cudaError_t launch_row_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream);
 

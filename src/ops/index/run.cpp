@@ -100,7 +100,7 @@ struct Lowered {
       plain = plain && cp.d[d].mode == ix::kIdentity && cp.d[d].a == 0 && cp.d[d].in_size == cp.d[d].out_size;
     return std::string(cp.in == nullptr ? "fill"
                        : plain          ? "strided-copy"
-                       : rows           ? "mapped-rows"
+                       : rows           ? (ix::row_copy_words(cp, eb) ? "mapped-rows-words" : "mapped-rows")
                                         : "mapped-copy") +
            "-" + std::to_string(eb) + "B-" + (i64 ? "i64" : "i32");
   }
