@@ -174,17 +174,29 @@ __device__ __forceinline__ uint4 load_shifted(const uint4* p, int shift) {
 /// 16-byte words; any other chunk (pad edges, row ends, strided inputs) maps element by element
 /// over at most two rows (the inner dim has at least V elements). Full chunks store one 16-byte
 /// word; the partial ones at a segment's ends store elements.
+/// The fill value as one element and as a 16-byte word of 16 / EB of them.
+template <int EB>
+__device__ __forceinline__ typename Word<EB>::type fill_of(const CopyParams& p) {
+  typename Word<EB>::type fill;
+  memcpy(&fill, p.fill, EB);
+  return fill;
+}
+template <int EB>
+__device__ __forceinline__ uint4 fill_word(const typename Word<EB>::type fill) {
+  typename Word<EB>::type fills[16 / EB];
+#pragma unroll
+  for (int k = 0; k < 16 / EB; ++k) fills[k] = fill;
+  uint4 word;
+  memcpy(&word, fills, 16);
+  return word;
+}
+
 template <int EB, class I>
 __global__ void __launch_bounds__(256) row_copy_kernel(const CopyParams p, const RowGeom r) {
   using W = typename Word<EB>::type;
   constexpr int V = 16 / EB;
-  W fill;
-  memcpy(&fill, p.fill, EB);
-  W fills[V];
-#pragma unroll
-  for (int k = 0; k < V; ++k) fills[k] = fill;
-  uint4 fill16;
-  memcpy(&fill16, fills, 16);
+  const W fill = fill_of<EB>(p);
+  const uint4 fill16 = fill_word<EB>(fill);
   const W* in = reinterpret_cast<const W*>(p.in);
   W* out = reinterpret_cast<W*>(p.out);
   const int inner = p.rank - 1;
@@ -585,13 +597,8 @@ __global__ void __launch_bounds__(256, MinB) pad_words_kernel(const CopyParams p
   using W = typename Word<EB>::type;
   constexpr int V = 16 / EB;
   constexpr unsigned kAll = 0xffffffffu;
-  W fill;
-  memcpy(&fill, p.fill, EB);
-  W fills[V];
-#pragma unroll
-  for (int k = 0; k < V; ++k) fills[k] = fill;
-  uint4 fill16;
-  memcpy(&fill16, fills, 16);
+  const W fill = fill_of<EB>(p);
+  const uint4 fill16 = fill_word<EB>(fill);
   const W* in = reinterpret_cast<const W*>(p.in);
   W* out = reinterpret_cast<W*>(p.out);
   const int inner = p.rank - 1;
