@@ -151,21 +151,29 @@ struct RowGeom {
   int64_t in_reach = 0;            ///< [in, in + in_reach) elements: the input's footprint
 };
 
-/// 16 bytes starting `shift` bytes (0 < shift < 16) into the aligned 32 bytes at p: two aligned
-/// loads and a funnel shift, no dynamic register indexing (the word shift is selected).
-__device__ __forceinline__ uint4 load_shifted(const uint4* p, int shift) {
-  const uint4 lo = __ldg(p), hi = __ldg(p + 1);
+/// 16 bytes starting `shift` bytes (0 <= shift < 16) into the 32 bytes lo:hi (little endian):
+/// two select stages pick the 5 source words (shift / 4), 4 funnel shifts the bytes (shift % 4).
+__device__ __forceinline__ uint4 funnel16(const uint4 lo, const uint4 hi, const int shift) {
   const uint32_t x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  const int q = shift >> 2, bits = (shift & 3) * 8;
-  uint32_t y[5];
+  const bool two = shift & 8, one = shift & 4;
+  uint32_t z[6], y[5];
 #pragma unroll
-  for (int i = 0; i < 5; ++i) y[i] = q == 0 ? x[i] : q == 1 ? x[i + 1] : q == 2 ? x[i + 2] : x[i + 3];
+  for (int i = 0; i < 6; ++i) z[i] = two ? x[i + 2] : x[i];
+#pragma unroll
+  for (int i = 0; i < 5; ++i) y[i] = one ? z[i + 1] : z[i];
+  const int bits = (shift & 3) * 8;
   uint4 r;
   r.x = __funnelshift_r(y[0], y[1], bits);
   r.y = __funnelshift_r(y[1], y[2], bits);
   r.z = __funnelshift_r(y[2], y[3], bits);
   r.w = __funnelshift_r(y[3], y[4], bits);
   return r;
+}
+
+/// 16 bytes starting `shift` bytes (0 < shift < 16) into the aligned 32 bytes at p: two aligned
+/// loads and a funnel shift, no dynamic register indexing (the word shift is selected).
+__device__ __forceinline__ uint4 load_shifted(const uint4* p, int shift) {
+  return funnel16(__ldg(p), __ldg(p + 1), shift);
 }
 
 /// One thread per aligned chunk of V = 16 / EB output elements (see RowGeom). Three cases: a
@@ -562,25 +570,6 @@ struct WordGeom {
   int64_t lo_mul = 1, lo_add = 0, hi_mul = 1, hi_add = 0;
 };
 inline constexpr int kWordTask = 4;  ///< words a lane (U): 8 x 16 B loads in flight a lane
-
-/// 16 bytes starting `shift` bytes (0 <= shift < 16) into the 32 bytes lo:hi (little endian):
-/// two select stages pick the 5 source words (shift / 4), 4 funnel shifts the bytes (shift % 4).
-__device__ __forceinline__ uint4 funnel16(const uint4 lo, const uint4 hi, const int shift) {
-  const uint32_t x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  const bool two = shift & 8, one = shift & 4;
-  uint32_t z[6], y[5];
-#pragma unroll
-  for (int i = 0; i < 6; ++i) z[i] = two ? x[i + 2] : x[i];
-#pragma unroll
-  for (int i = 0; i < 5; ++i) y[i] = one ? z[i + 1] : z[i];
-  const int bits = (shift & 3) * 8;
-  uint4 r;
-  r.x = __funnelshift_r(y[0], y[1], bits);
-  r.y = __funnelshift_r(y[1], y[2], bits);
-  r.z = __funnelshift_r(y[2], y[3], bits);
-  r.w = __funnelshift_r(y[3], y[4], bits);
-  return r;
-}
 
 /// x / w for 0 <= x < 2^32 with magic = floor(2^32 / w), 2 <= w < 2^31: the multiply-high is low
 /// by at most one (x * (2^32 / w - magic) < 2^32), one compare fixes it.
