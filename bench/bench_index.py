@@ -88,6 +88,16 @@ def build_cases(torch, F):
     cases["pad_constant_bf16"] = ("pad", (n_in + n_out) * 2, pad("constant"))
     cases["pad_reflect_bf16"] = ("pad", (n_in + n_out) * 2, pad("reflect"))
 
+    def pad_rows(mode):  # long rows: the word variant (mapped-rows-words)
+        def make():
+            x = torch.randn(8192, 4095, device=dev).to(bf16)
+            out = torch.empty(8192, 4098, dtype=bf16, device=dev)
+            return ("pad", {"x": x, "out": out}, {"pads": [0, 0, 1, 2], "mode": mode, "value": 0.0}), \
+                lambda: F.pad(x, (1, 2), mode)
+        return make
+    cases["pad_rows_constant_bf16"] = ("pad", 8192 * (4095 + 4098) * 2, pad_rows("constant"))
+    cases["pad_rows_reflect_bf16"] = ("pad", 8192 * (4095 + 4098) * 2, pad_rows("reflect"))
+
     def gather():
         x = torch.randn(16384, 4096, device=dev).to(bf16)
         idx = torch.randint(0, 4096, (16384, 1024), device=dev)

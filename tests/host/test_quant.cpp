@@ -687,9 +687,11 @@ TEST(QuantPlanShape, LayoutFor) {
     b.scale_out = mut_of(2, DType::f32, Layout::contiguous({rows}));
     return r->layout_for(b);
   };
-  EXPECT_EQ(row(16384, 4096), "rows-registers-vec16(tpr=128)");  // a CTA of 128 per row, 4 vectors a lane
-  EXPECT_EQ(row(16, 64), "rows-registers-vec16(tpr=2)");         // 8 vectors: 2 threads of 4
-  EXPECT_EQ(row(16, 16384), "rows-registers-vec16(tpr=512)");    // the longest register-resident row
+  EXPECT_EQ(row(16384, 4096), "rows-registers-vec16(tpr=64)");  // a CTA of 64 per row, 8 vectors a lane (wide)
+  EXPECT_EQ(row(16, 8192), "rows-registers-vec16(tpr=128)");    // the longest wide row
+  EXPECT_EQ(row(16, 8200), "rows-registers-vec16(tpr=512)");    // past it: 4 vectors a lane
+  EXPECT_EQ(row(16, 64), "rows-registers-vec16(tpr=2)");        // 8 vectors: 2 threads of 4
+  EXPECT_EQ(row(16, 16384), "rows-registers-vec16(tpr=512)");   // the longest register-resident row
   EXPECT_EQ(row(4, 100000), "rows-streaming-vec16(tpr=512)");
   EXPECT_EQ(row(4, 7), "rows-registers-scalar(tpr=2)");
   EXPECT_EQ(row(0, 7), "empty");

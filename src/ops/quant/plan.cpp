@@ -839,7 +839,10 @@ int64_t elementwise_grid(int64_t numel, bool vec, int es) {
 /// it) costs every thread of the group the same, so fewer threads with more vectors each spend it
 /// on more elements: per-group int8 with G = 128 as 16 threads of one vector was issue-bound at 72%
 /// of copy bandwidth (H100).
-void rows_config(int64_t n, int w, detail::QuantLaunch* p) {
+///
+/// wide (symmetric per-token with 16-byte vectors): kQuantWideVectors a thread where the row then
+/// fits kQuantWideMaxTpr threads' registers (see kQuantWideVectors).
+void rows_config(int64_t n, int w, bool wide, detail::QuantLaunch* p) {
   auto pow2_at_least = [](int64_t v) {
     int t = 1;
     while (t < v && t < detail::kQuantMaxTpr) t <<= 1;
@@ -848,6 +851,10 @@ void rows_config(int64_t n, int w, detail::QuantLaunch* p) {
   if (n <= int64_t{detail::kQuantBigVectors} * w) {
     p->items = w;
     p->tpr = pow2_at_least((n + w - 1) / w);
+  } else if (wide && n > int64_t{detail::kQuantWideVectors} * w &&
+             n <= int64_t{detail::kQuantWideMaxTpr} * detail::kQuantWideVectors * w) {
+    p->items = w * detail::kQuantWideVectors;
+    p->tpr = pow2_at_least((n + p->items - 1) / p->items);
   } else {
     p->items = w * detail::kQuantBigVectors;
     p->tpr = pow2_at_least((n + p->items - 1) / p->items);
@@ -895,6 +902,10 @@ bool rows_vec(const QuantDesc& d, const QuantArgs& a, const RowsGeom& g, bool al
 int rows_width(const QuantDesc& d, bool vec) {
   return vec ? 16 / size_in_bytes(d.dtype) : is_packed(d.q_dtype) ? 2 : 1;
 }
+bool rows_wide(const QuantDesc& d, bool vec) {  // see kQuantWideVectors (measured: bf16 -> int8)
+  return vec && d.granularity == QuantGranularity::per_token && d.zero_point_kind == QuantZeroPoint::none &&
+         d.q_dtype == DType::s8 && size_in_bytes(d.dtype) == 2;
+}
 }  // namespace
 
 std::string QuantPlan::layout_for(const QuantArgs& a) const {
@@ -904,7 +915,7 @@ std::string QuantPlan::layout_for(const QuantArgs& a) const {
     const RowsGeom g = rows_geom(desc_, a.x.layout);
     detail::QuantLaunch p;
     const bool vec = rows_vec(desc_, a, g, allow_vectorized_);
-    rows_config(g.n, rows_width(desc_, vec), &p);
+    rows_config(g.n, rows_width(desc_, vec), rows_wide(desc_, vec), &p);
     return std::string("rows-") + (p.cached ? "registers" : "streaming") + "-" + (vec ? "vec16" : "scalar") +
            "(tpr=" + str(p.tpr) + ")";
   }
@@ -995,7 +1006,7 @@ Result<void> QuantPlan::run(cudaStream_t stream, Workspace ws, const QuantArgs& 
       p.scale_out = static_cast<float*>(a.scale_out.data);
       p.zero_point_out = static_cast<int32_t*>(a.zero_point_out.data);  // asymmetric: zp_mode int32
       p.vec = rows_vec(desc_, a, g, allow_vectorized_);
-      rows_config(g.n, rows_width(desc_, p.vec), &p);
+      rows_config(g.n, rows_width(desc_, p.vec), rows_wide(desc_, p.vec), &p);
       return go(p);
     }
     p.zp_mode = detail::QuantZpMode::none;

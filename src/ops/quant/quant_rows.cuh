@@ -17,24 +17,6 @@
 
 namespace baracuda::kern::quant {
 
-/// Max over the tpr threads of a group (tpr a power of two; > 32 means one group per CTA). Every
-/// thread of the group gets the result.
-__device__ __forceinline__ float group_nanmax(float v, int tpr, float* red) {
-  const int width = tpr < 32 ? tpr : 32;
-  for (int o = width / 2; o > 0; o >>= 1) v = nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if (tpr > 32) {
-    __syncthreads();  // red[] may still be read by the previous row's threads
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
-    __syncthreads();
-    v = red[0];
-    for (int w = 1; w < tpr / 32; ++w) v = nanmax(v, red[w]);
-  }
-  return v;
-}
-
-/// min that propagates NaN from either side (torch.amin / torch.minimum).
-__device__ __forceinline__ float nanmin(float a, float b) { return (a != a || a < b) ? a : b; }
-
 /// NaN-propagating float32 min / max in one instruction each (sm_80+).
 __device__ __forceinline__ float fmin_nan(float a, float b) {
   float r;
@@ -46,6 +28,65 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
   return r;
 }
+
+/// Max over the tpr threads of a group (tpr a power of two; > 32 means one group per CTA). Every
+/// thread of the group gets the result. NaN propagates, as a NaN of unspecified payload: one
+/// max.NaN a step (fmax_nan) instead of nanmax's compare, NaN test and select. Used for the
+/// symmetric max |x| only, where that changes no output bit: the values are >= +0 (AbsMax clears
+/// the sign), so between non-NaN values both give the same larger value, and a NaN maximum only
+/// selects scale_of's fallback (and bounded = false), whatever its payload.
+__device__ __forceinline__ float group_nanmax(float v, int tpr, float* red) {
+  const int width = tpr < 32 ? tpr : 32;
+  for (int o = width / 2; o > 0; o >>= 1) v = fmax_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (tpr > 32) {
+    __syncthreads();  // red[] may still be read by the previous row's threads
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = red[0];
+    for (int w = 1; w < tpr / 32; ++w) v = fmax_nan(v, red[w]);
+  }
+  return v;
+}
+
+/// The asymmetric rows' group max and min at once: mx (thread maxima) and mn (thread minima) over
+/// the tpr threads of a group, one max.NaN / min.NaN a step each, and for a group wider than a warp
+/// both through one pair of CTA barriers instead of group_nanmax's two pairs. red holds
+/// 2 x kQuantMaxTpr / 32 floats.
+///
+/// Why these bits equal the old reduction's (group_nanmax(mx) and group_nanmax(-mn), nanmax a
+/// step): (1) between non-NaN values both give the larger / smaller, up to the sign of a zero
+/// result, which asym_qparams erases (nanmax(hi, 0) / nanmin(lo, 0) give +0 for either zero).
+/// (2) A NaN: MinMax's thread extremes come out of max.NaN / min.NaN, whose NaN is the canonical
+/// 0x7fffffff, so the old max reduction returned that NaN, and the old reduction of -mn the
+/// negated canonical NaN, which row_qparams negated back to 0x7fffffff; min.NaN / max.NaN here
+/// return 0x7fffffff, and the caller passes -mn, which row_qparams negates back to 0x7fffffff. So
+/// row_qparams sees the same bits, NaN or not, without relying on how float arithmetic treats NaN
+/// payloads.
+__device__ __forceinline__ void group_minmax(float& mx, float& mn, int tpr, float* red) {
+  constexpr int kWarps = detail::kQuantMaxTpr / 32;
+  const int width = tpr < 32 ? tpr : 32;
+  for (int o = width / 2; o > 0; o >>= 1) {
+    mx = fmax_nan(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    mn = fmin_nan(mn, __shfl_xor_sync(0xffffffffu, mn, o));
+  }
+  if (tpr > 32) {
+    __syncthreads();  // red[] may still be read by the previous row's threads
+    if ((threadIdx.x & 31) == 0) {
+      red[threadIdx.x / 32] = mx;
+      red[kWarps + threadIdx.x / 32] = mn;
+    }
+    __syncthreads();
+    mx = red[0];
+    mn = red[kWarps];
+    for (int w = 1; w < tpr / 32; ++w) {
+      mx = fmax_nan(mx, red[w]);
+      mn = fmin_nan(mn, red[kWarps + w]);
+    }
+  }
+}
+
+/// min that propagates NaN from either side (torch.amin / torch.minimum).
+__device__ __forceinline__ float nanmin(float a, float b) { return (a != a || a < b) ? a : b; }
 
 /// Signed min and max of a thread's elements, NaN propagating (torch.amin / amax), on the raw words
 /// of the row: 16-bit types two a word with min.NaN / max.NaN on the pair (one instruction per two
@@ -133,27 +174,36 @@ __device__ __forceinline__ int quant_decomposed_one(float xf, double r, int zp, 
   return static_cast<int>(fmin(fmax(v, static_cast<double>(lo)), static_cast<double>(hi)));
 }
 
-/// quant_unit_decomposed's double path for a whole unit, out of line (it runs near rounding ties
-/// and for non-finite values or extreme scales; inlined it would cost the fast path registers).
-template <class T, class Q, int N>
-static __device__ __noinline__ uint2 quant_unit_decomposed_slow(uint4 raw, float s, int zp, int lo, int hi) {
-  uint32_t a[kRawWords<T, N>];
-  memcpy(a, &raw, sizeof(a));
-  const double r = 1.0 / static_cast<double>(s);  // torch: scales.reciprocal() (float64 scales)
-  uint8_t b[kCodeBytes<Q, N>];
-#pragma unroll
-  for (int k = 0; k < N; ++k) q_encode<Q>(b, k, quant_decomposed_one(raw_f32<T>(a, k), r, zp, lo, hi));
-  uint2 out = make_uint2(0, 0);
-  memcpy(&out, b, sizeof(b));
-  return out;
-}
-
 /// The asymmetric codes of N elements sharing q (scale s, zero point zi): away from a rounding tie,
 /// round(x * (1 / s) + zp) in double is rint(x / s) + zp, which quant_magic computes in float and
 /// certifies with its tie margin (the double formula is within 2^-50 relative of x / s + zp). Near a
-/// tie the double products decide, not round-half-even (torch's x * (1 / s) is not x / s), so a unit
-/// with such an element is redone in double: exact ties are the only near ties of bf16 rows
-/// (~0.06% of elements with s = (max - min) / 255), ~0.4% of 8-element units.
+/// tie the double products decide, not round-half-even (torch's x * (1 / s) is not x / s), so the
+/// elements quant_magic flags are redone in double: exact ties are the only near ties of bf16 rows
+/// (~0.06% of elements with s = (max - min) / 255), ~0.5% of 8-element units, ~14% of a warp's.
+///
+/// Only the flagged elements are redone, inline, with the double reciprocal computed once a unit.
+/// Why: the unit used to go to an out-of-line function that redid all N elements in double
+/// (~240 instructions with the reciprocal, plus the call's register saves and spills) for one tie,
+/// and a warp takes that branch at ~14% of its units: ~35 instructions a warp-unit on average,
+/// a third of the ~95 of the fast path. Bit-identical: a flagged element takes exactly the old
+/// computation; an unflagged one keeps its certified code k + zp (clamped), which the double formula
+/// also gives: quant_magic's certificate puts x / s more than 2^-22 |x / s| (and 0.46 when
+/// |x / s| < 0.04) from every half-integer, the double formula is within |x / s| 2^-51 + |zp| 2^-53
+/// of x / s + zp (|zp| < 2^20, else every element is flagged: invm = inf), so its rint is k + zp.
+template <class T, int N>
+__device__ __forceinline__ void quant_unit_decomposed_fix(const uint32_t (&a)[kRawWords<T, N>], const QParams& q,
+                                                          int lo, int hi, uint32_t (&c)[N]) {
+  const double r = 1.0 / static_cast<double>(q.s);  // torch: scales.reciprocal() (float64 scales)
+  const int zp = static_cast<int>(q.zi);
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const float xf = raw_f32<T>(a, k);
+    bool flagged = false;
+    (void)quant_magic(xf, q, flagged);  // the fast path's test, recomputed (same operations, same flag)
+    if (flagged) c[k] = static_cast<uint32_t>(quant_decomposed_one(xf, r, zp, lo, hi));  // low byte / nibble: the code
+  }
+}
+
 template <class T, class Q, int N>
 __device__ __forceinline__ void quant_unit_decomposed(const uint32_t (&a)[kRawWords<T, N>], const QParams& q, float ylo,
                                                       float yhi, int lo, int hi, uint32_t (&w)[kCodeWords<Q, N>]) {
@@ -161,16 +211,8 @@ __device__ __forceinline__ void quant_unit_decomposed(const uint32_t (&a)[kRawWo
   uint32_t c[N];
 #pragma unroll
   for (int k = 0; k < N; ++k) c[k] = __float_as_uint(fminf(fmaxf(quant_magic(raw_f32<T>(a, k), q, bad), ylo), yhi));
-  if (!bad) {
-    pack_codes<Q, N>(c, w);
-    return;
-  }
-  uint4 raw = make_uint4(0, 0, 0, 0);
-  memcpy(&raw, a, sizeof(a));
-  const uint2 r = quant_unit_decomposed_slow<T, Q, N>(raw, q.s, static_cast<int>(q.zi), lo, hi);
-  constexpr int kWords = kCodeWords<Q, N>;
-  w[0] = r.x;
-  if constexpr (kWords > 1) w[1] = r.y;
+  if (bad) quant_unit_decomposed_fix<T, N>(a, q, lo, hi, c);
+  pack_codes<Q, N>(c, w);
 }
 
 /// One scalar row element's symmetric code: the per-element forms of quant_unit.
@@ -240,12 +282,18 @@ __device__ __forceinline__ void row_codes(const uint32_t (&v)[kRawWords<T, kW>],
 /// (two for packed int4, so that a thread writes whole bytes); kVecs vectors a thread. kVec is its
 /// own parameter: f64's strided int4 pair is also 16 bytes, and must still load with the stride. kAsym: min / max,
 /// torch.ao's scale and zero point, quantize_per_token's codes; else max |x| and amax / q_max.
-template <class T, class Q, int kW, int kVecs, bool kCached, bool kAsym, bool kVec16>
-__global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantLaunch p) {
+/// kBoundThreads / kMinBlocks: the __launch_bounds__ (launch_rows_w keeps the defaults; other values,
+/// which cap the registers for more co-resident CTAs, are timed by devx/quant_dyn). A launch must not
+/// exceed kBoundThreads threads a CTA. kMinBlocks 0 emits no .minnctapersm, as a bound without it:
+/// an explicit 1 lets ptxas take more registers (bf16 -> int8 cached: 75 instead of 64, 6 CTAs of 128
+/// an SM instead of 8).
+template <class T, class Q, int kW, int kVecs, bool kCached, bool kAsym, bool kVec16,
+          int kBoundThreads = detail::kQuantMaxTpr, int kMinBlocks = 0>
+__global__ void __launch_bounds__(kBoundThreads, kMinBlocks) rows_kernel(const QuantLaunch p) {
   static_assert(!kVec16 || kW * sizeof(T) == 16, "a vector is 16 bytes");
   constexpr int kRW = kRawWords<T, kW>;
   constexpr int kQB = kCodeBytes<Q, kW>;
-  __shared__ float red[detail::kQuantMaxTpr / 32];
+  __shared__ float red[2 * detail::kQuantMaxTpr / 32];
   const int tpr = p.tpr;
   const int lane = threadIdx.x % tpr, g = threadIdx.x / tpr, groups = blockDim.x / tpr;
   const int64_t chunk = static_cast<int64_t>(tpr) * kW * kVecs;
@@ -290,8 +338,9 @@ __global__ void __launch_bounds__(detail::kQuantMaxTpr) rows_kernel(const QuantL
     }
     QParams qp;
     if constexpr (kAsym) {
-      const float mx = group_nanmax(mm.max(), tpr, red);
-      qp = row_qparams<T, true>(mx, group_nanmax(-mm.min(), tpr, red), p);
+      float mx = mm.max(), mn = mm.min();
+      group_minmax(mx, mn, tpr, red);
+      qp = row_qparams<T, true>(mx, -mn, p);
     } else {
       qp = row_qparams<T, false>(group_nanmax(am.value(), tpr, red), 0.f, p);
     }
@@ -401,9 +450,17 @@ cudaError_t launch_rows_w(const QuantLaunch& p, cudaStream_t stream) {
   int64_t blocks = (p.rows + span - 1) / span;
   if (blocks > (int64_t{1} << 20)) blocks = int64_t{1} << 20;  // rows past the grid: the loop tiles them
   const dim3 grid(static_cast<unsigned>(blocks)), block(static_cast<unsigned>(p.block));
-  if (small)
+  // rows_config's wide rows (kQuantWideVectors): symmetric int8 codes of 16-bit rows only.
+  constexpr bool kWideOk = !kAsym && kVec && sizeof(T) == 2 && cuda::std::is_same_v<Q, int8_t>;
+  const bool wide = p.items == kW * detail::kQuantWideVectors;
+  if (small) {
     rows_small_kernel<T, Q, kW, kAsym, kVec><<<grid, block, 0, stream>>>(p);
-  else if (p.cached)
+  } else if (wide) {
+    if (!kWideOk || !p.cached || p.block > detail::kQuantWideMaxTpr) return cudaErrorInvalidValue;
+    if constexpr (kWideOk)
+      rows_kernel<T, Q, kW, detail::kQuantWideVectors, true, false, true, detail::kQuantWideMaxTpr, 6>
+          <<<grid, block, 0, stream>>>(p);
+  } else if (p.cached)
     rows_kernel<T, Q, kW, detail::kQuantBigVectors, true, kAsym, kVec><<<grid, block, 0, stream>>>(p);
   else
     rows_kernel<T, Q, kW, detail::kQuantBigVectors, false, kAsym, kVec><<<grid, block, 0, stream>>>(p);
