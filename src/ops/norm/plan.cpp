@@ -450,7 +450,7 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
              : std::string(
                    "noise -log(-log(u)), u from Philox4x32-10 (seed, offset) or the "
                    "noise tensor; softmax of (x + g) / tau, exp via ") +
-                   (es == 2 ? "__expf (16-bit output)" : (es == 8 ? "exp" : "expf")) +
+                   (es == 2 ? "ex2.approx.ftz (16-bit output)" : (es == 8 ? "exp" : "expf")) +
                    (desc.hard ? "; hard: one-hot of the first argmax of the stored soft sample" : "");
       break;
     case NormOp::batch_norm:
