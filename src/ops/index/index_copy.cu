@@ -846,37 +846,38 @@ bool row_copy_ok(const CopyParams& p, int elem_bytes) {
   return reinterpret_cast<uintptr_t>(p.out) % elem_bytes == 0 && reinterpret_cast<uintptr_t>(p.in) % elem_bytes == 0;
 }
 
-bool row_copy_words(const CopyParams& p, int elem_bytes) {
-  WordGeom g;
+namespace {
+/// f(std::integral_constant<int, EB>{}) for the row kernels' element sizes (1, 2, 4, 8); `other`
+/// for any other size.
+template <class R, class F>
+R with_row_bytes(int elem_bytes, R other, F&& f) {
   switch (elem_bytes) {
     case 1:
-      return pad_words_geom<1, kWordTask>(p, &g);
+      return f(std::integral_constant<int, 1>{});
     case 2:
-      return pad_words_geom<2, kWordTask>(p, &g);
+      return f(std::integral_constant<int, 2>{});
     case 4:
-      return pad_words_geom<4, kWordTask>(p, &g);
+      return f(std::integral_constant<int, 4>{});
     case 8:
-      return pad_words_geom<8, kWordTask>(p, &g);
+      return f(std::integral_constant<int, 8>{});
     default:
-      return false;
+      return other;
   }
+}
+}  // namespace
+
+bool row_copy_words(const CopyParams& p, int elem_bytes) {
+  return with_row_bytes(elem_bytes, false, [&](auto eb) {
+    WordGeom g;
+    return pad_words_geom<decltype(eb)::value, kWordTask>(p, &g);
+  });
 }
 
 cudaError_t launch_row_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream) {
   if (p.total == 0) return cudaSuccess;
   if (!row_copy_ok(p, elem_bytes)) return cudaErrorInvalidValue;
-  switch (elem_bytes) {
-    case 1:
-      return row_copy_with<1>(p, i64, stream);
-    case 2:
-      return row_copy_with<2>(p, i64, stream);
-    case 4:
-      return row_copy_with<4>(p, i64, stream);
-    case 8:
-      return row_copy_with<8>(p, i64, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return with_row_bytes(elem_bytes, cudaErrorInvalidValue,
+                        [&](auto eb) { return row_copy_with<decltype(eb)::value>(p, i64, stream); });
 }
 
 cudaError_t launch_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream) {

@@ -35,7 +35,7 @@ __device__ __forceinline__ double llog(double x) { return log(x); }
 template <bool kFast, class M>
 __device__ __forceinline__ M lexp(M d) {
   if constexpr (kFast && sizeof(M) == 4)
-    return short_math::ex2_fast(d * 1.4426950408889634f);
+    return short_math::exp_fast(d);
   else if constexpr (sizeof(M) == 4)
     return expf(d);
   else

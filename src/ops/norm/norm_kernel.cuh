@@ -79,7 +79,7 @@ __device__ __forceinline__ double bsqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float bmax(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double bmax(double a, double b) { return fmax(a, b); }
 /// exp(x - m) for the softmax forward. kFast (f16/bf16 storage): ex2.approx.ftz(d * log2e)
-/// (short_math::ex2_fast), i.e. FMUL + MUFU.EX2 (max error 2 + 1.17|d| ulp of f32, ~1e-5 relative
+/// (short_math::exp_fast), i.e. FMUL + MUFU.EX2 (max error 2 + 1.17|d| ulp of f32, ~1e-5 relative
 /// at |d| = 100, where the result is already < 1e-43 of the row max's term), instead of expf's
 /// accurate range-reduction sequence (~10 instructions). The softmax forward takes two exps an
 /// element (sum and output): with expf it was bound by instruction issue, not memory (bf16
@@ -94,7 +94,7 @@ __device__ __forceinline__ double bmax(double a, double b) { return fmax(a, b); 
 template <bool kFast, class M>
 __device__ __forceinline__ M sm_exp(M d) {
   if constexpr (kFast && sizeof(M) == 4)
-    return short_math::ex2_fast(d * 1.4426950408889634f);
+    return short_math::exp_fast(d);
   else
     return bexp(d);
 }
