@@ -448,9 +448,11 @@ __global__ void __launch_bounds__(kTileDim* kTileRows) transpose_words_kernel(co
   using WW = typename Word<WB>::type;
   constexpr int V = WB / EB;
   constexpr int T = kTileDim * V;
-  // Sub-word elements: rows of 33 words, so the column reads below hit at most 2 (bf16) / 4 (u8)
-  // accesses per bank. 4- and 8-byte elements: rows of T + 1 elements (2-way at most).
-  constexpr int kPad = EB >= 4 ? 1 : V;
+  // Row padding (elements): u8 (4-byte words) rows of 33 words, so the column reads below hit at
+  // most 4 accesses per bank; bf16 (8-byte words, 128 x 128 tiles) rows of 65 words (4-way at
+  // most: the smem conflicts stay below the DRAM time, see launch_transpose's measurements);
+  // 4- and 8-byte elements rows of T + 1 elements (2-way at most).
+  constexpr int kPad = EB >= 4 ? 1 : EB == 2 ? 2 : V;
   __shared__ W tile[T][T + kPad];
   const int64_t na = p.size[p.in_inner], nb = p.size[p.out_inner];
   const int64_t ta = (na + T - 1) / T;
@@ -900,7 +902,12 @@ cudaError_t launch_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStrea
 
 int transpose_words_bytes(const TransposeParams& p, int elem_bytes) {
   if (elem_bytes > 8) return 0;
-  const int wb = elem_bytes < 4 ? 4 : 2 * elem_bytes;
+  // 1-byte elements: 4-byte words (8-byte ones would need a 256 x 264-byte tile, over the 48 KB of
+  // static shared memory); the others: words of two elements, 4 for 2-byte ones. H100, [16384,
+  // 4096] bf16 (devx driver, 94.0 us for a copy of the bytes): 4-byte words 106.4 us, 8-byte words
+  // with 8 / 4 / 16 tile rows 101.0 / 105.8 / 110.9, a register-transposing "pairs" kernel with a
+  // swizzled conflict-free tile 101.3. f32 with 8- or 16-byte words alike (190.6 / 191.1).
+  const int wb = elem_bytes == 1 ? 4 : elem_bytes == 2 ? 8 : 2 * elem_bytes;
   const int v = wb / elem_bytes;
   if (p.size[p.in_inner] % v || p.size[p.out_inner] % v) return 0;
   if (reinterpret_cast<uintptr_t>(p.in) % wb || reinterpret_cast<uintptr_t>(p.out) % wb) return 0;
@@ -923,8 +930,8 @@ cudaError_t launch_transpose(const TransposeParams& params, int elem_bytes, cuda
   if (p.words) {
     if (elem_bytes == 1 && p.words == 4)
       transpose_words_kernel<1, 4><<<blocks, block, 0, stream>>>(p);
-    else if (elem_bytes == 2 && p.words == 4)
-      transpose_words_kernel<2, 4><<<blocks, block, 0, stream>>>(p);
+    else if (elem_bytes == 2 && p.words == 8)
+      transpose_words_kernel<2, 8><<<blocks, block, 0, stream>>>(p);
     else if (elem_bytes == 4 && p.words == 8)
       transpose_words_kernel<4, 8><<<blocks, block, 0, stream>>>(p);
     else if (elem_bytes == 8 && p.words == 16)

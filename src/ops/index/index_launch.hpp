@@ -85,9 +85,9 @@ struct TransposeParams {
   int64_t tiles = 0;  ///< tiles per batch entry (set by launch_transpose)
   int64_t batch = 1;
   /// Word bytes (0: element tiles). Words of several elements on both sides: 4-byte words of
-  /// 1- and 2-byte elements (tiles of 128 / 64 elements a side), 8-byte words of 4-byte
-  /// elements and 16-byte words of 8-byte ones (64 a side), so each warp reads and writes rows
-  /// of 128 (256, 512) bytes and each thread keeps 8 words in flight. Set by the host when both
+  /// 1-byte elements (tiles of 128 a side), 8-byte words of 2-byte elements (128 a side) and of
+  /// 4-byte ones (64 a side), 16-byte words of 8-byte ones (64 a side), so each warp reads and
+  /// writes rows of 128 (256, 512) bytes and each thread keeps 16 (8) words in flight. Set by the host when both
   /// inner sizes, the strides of every other dim and the pointers allow whole words.
   int words = 0;
 };

@@ -422,7 +422,10 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
       if (desc.mask == NormMask::additive) p.sku_.precision.note += "; additive mask added in f32";
       break;
     case NormOp::layer_norm:
-      p.sku_.precision.note = bw ? "dweight/dbias: two-stage fixed-order reduction" : "two-pass centred variance";
+      p.sku_.precision.note = bw ? "dweight/dbias: two-stage fixed-order reduction"
+                                 : "centred variance: rows held whole with every thread's share full merge "
+                                   "per-thread centred moments pairwise (equal-count Chan merge, one "
+                                   "reduction); other rows two passes (mean, then the centred sum of squares)";
       break;
     case NormOp::rms_norm:
       p.sku_.precision.note = bw ? "dweight: two-stage fixed-order reduction" : "mean of squares";
