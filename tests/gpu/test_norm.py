@@ -299,6 +299,39 @@ def test_norm_statistics(op, dt):
     close(rstd, rstd_ref.float(), 1e-5, 1e-6, f"{op} rstd")
 
 
+# Rows that fill every thread's share exactly (n = threads x items): layer_norm's one-reduction path
+# (per-thread centred moments merged pairwise at equal counts, LayerNormFw::kFullRowPass) in sub-warp
+# (n <= 512 for 16-bit), warp, CTA and 512-thread groups; 37 rows leave CTAs with idle groups. "offset":
+# a mean 256 spreads above the values' spread (f32/f64 inputs): a merge that lost the centring (a sum
+# of squares minus the squared sum) would be off by ~256^2 ulps in rstd, far outside the tolerance.
+# "strided": every other column (the scalar variant; its short rows also take the path).
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("n", [8, 64, 256, 512, 1024, 8192, 16384])
+@pytest.mark.parametrize("case", ["plain", "offset", "strided"])
+def test_layer_norm_full_rows(dt, n, case):
+    if case == "offset" and dt in (torch.float16, torch.bfloat16):
+        pytest.skip("16-bit inputs cannot hold a small spread around a large offset")
+    scale, shift = (0.25, 64.0) if case == "offset" else (1.5, 0.3)
+    cols = 2 * n if case == "strided" else n
+    x = randn((37, cols), dt, "full", dt, n, case, scale=scale, shift=shift)
+    if case == "strided":
+        x = x[:, ::2]
+    w, b = make_params("layer_norm", "weight_bias", dt, n, "full", dt, n)
+    y, mean, rstd = F.layer_norm_stats(x, (n,), w, b, eps=1e-5)
+    xu = x.to(torch.float64)
+    mean_ref, rstd_ref = xu.mean(-1), torch.rsqrt(xu.var(-1, unbiased=False) + 1e-5)
+    st = torch.float64 if dt == torch.float64 else torch.float32
+    srtol = 1e-12 if dt == torch.float64 else 1e-5
+    close(mean, mean_ref.to(st), srtol, srtol * (shift + scale), f"layer_norm mean {dt} n={n} {case}")
+    close(rstd, rstd_ref.to(st), srtol, 0.0, f"layer_norm rstd {dt} n={n} {case}")
+    yref, _, _ = norm_ref("layer_norm", x, (n,), w, b, 1e-5)
+    rtol, atol = tol("layer_norm", dt)
+    if case == "offset":  # x - mean cancels: the math type's rounding of x and mean, times rstd
+        eps_m = 2.0**-53 if dt == torch.float64 else 2.0**-24
+        atol += 8 * eps_m * shift / scale * 2.5
+    close(y, yref.detach().to(dt), rtol, atol, f"layer_norm {dt} n={n} {case}")
+
+
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 @pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("n", [129, 4096, 65537])
