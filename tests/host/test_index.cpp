@@ -443,7 +443,7 @@ TEST(IndexLayout, CopyVariants) {
   a.x = ref_of(0, DType::bf16, Layout::contiguous({64, 128}));
   a.out = mut_of(1, DType::bf16, Layout::contiguous({64, 128}));
   EXPECT_EQ(plan->layout_for(a), "strided-copy-16B-i32");  // merged to 1-d, widened to 8 x bf16
-  a.x.layout = strided({64, 128}, {1, 64});                // a transposed input: tiles of 2-element words
+  a.x.layout = strided({64, 128}, {1, 64});                // a transposed input: tiles of 4-element words
   EXPECT_EQ(plan->layout_for(a), "tiled-transpose-2B-words");
   {
     // 4- and 8-byte elements move as words of two (8 / 16 bytes), while sizes and pointers allow.
@@ -464,7 +464,9 @@ TEST(IndexLayout, CopyVariants) {
     auto f64b = IndexPlan::select(kTarget, IndexDesc::copy(DType::f64, Shape::of({64, 128})));
     EXPECT_EQ(f64b->layout_for(o), "tiled-transpose-8B-words");
   }
-  a.x.data = fake_ptr(0, 2);  // words need 4-byte aligned pointers: element tiles
+  a.x.data = fake_ptr(0, 2);  // bf16 words (8 bytes) need 8-byte aligned pointers: element tiles
+  EXPECT_EQ(plan->layout_for(a), "tiled-transpose-2B");
+  a.x.data = fake_ptr(0, 4);
   EXPECT_EQ(plan->layout_for(a), "tiled-transpose-2B");
   a.x.data = fake_ptr(0);
   a.x.layout = strided({64, 128}, {256, 2});  // every other element: no widening
