@@ -450,7 +450,7 @@ __global__ void __launch_bounds__(kTileDim* kTileRows) transpose_words_kernel(co
   constexpr int T = kTileDim * V;
   // Row padding (elements): u8 (4-byte words) rows of 33 words, so the column reads below hit at
   // most 4 accesses per bank; bf16 (8-byte words, 128 x 128 tiles) rows of 65 words (4-way at
-  // most: the smem conflicts stay below the DRAM time, see launch_transpose's measurements);
+  // most: the smem conflicts stay below the DRAM time, see transpose_words_bytes' measurements);
   // 4- and 8-byte elements rows of T + 1 elements (2-way at most).
   constexpr int kPad = EB >= 4 ? 1 : EB == 2 ? 2 : V;
   __shared__ W tile[T][T + kPad];
@@ -906,7 +906,8 @@ int transpose_words_bytes(const TransposeParams& p, int elem_bytes) {
   // static shared memory); the others: words of two elements, 4 for 2-byte ones. H100, [16384,
   // 4096] bf16 (devx driver, 94.0 us for a copy of the bytes): 4-byte words 106.4 us, 8-byte words
   // with 8 / 4 / 16 tile rows 101.0 / 105.8 / 110.9, a register-transposing "pairs" kernel with a
-  // swizzled conflict-free tile 101.3. f32 with 8- or 16-byte words alike (190.6 / 191.1).
+  // swizzled conflict-free tile 101.3. f32 with 8- or 16-byte words alike (190.6 / 191.1). H200
+  // and the dropped variants: bench/results/index-transpose-variants.md.
   const int wb = elem_bytes == 1 ? 4 : elem_bytes == 2 ? 8 : 2 * elem_bytes;
   const int v = wb / elem_bytes;
   if (p.size[p.in_inner] % v || p.size[p.out_inner] % v) return 0;

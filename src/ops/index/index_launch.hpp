@@ -87,8 +87,8 @@ struct TransposeParams {
   /// Word bytes (0: element tiles). Words of several elements on both sides: 4-byte words of
   /// 1-byte elements (tiles of 128 a side), 8-byte words of 2-byte elements (128 a side) and of
   /// 4-byte ones (64 a side), 16-byte words of 8-byte ones (64 a side), so each warp reads and
-  /// writes rows of 128 (256, 512) bytes and each thread keeps 16 (8) words in flight. Set by the host when both
-  /// inner sizes, the strides of every other dim and the pointers allow whole words.
+  /// writes rows of 128 (256, 512) bytes and each thread keeps 16 (8) words in flight. Set by the
+  /// host when both inner sizes, the strides of every other dim and the pointers allow whole words.
   int words = 0;
 };
 /// The word bytes of the word-transposing variant for these tensors, or 0 when it does not apply

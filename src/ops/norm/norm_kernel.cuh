@@ -976,15 +976,23 @@ __device__ __forceinline__ void row_offsets(const NormLaunch& p, int64_t row, in
   }
 }
 
-/// Reduces `v` over a group of `tpr` threads; every thread of the group gets the same bits.
-/// Groups wider than a warp are a whole CTA (the plan launches one group per CTA then).
+/// Merges `v` over aligned groups of `width` lanes (a power of two, <= 32) by xor shuffles: a
+/// balanced tree of fixed shape whose merges are bitwise commutative, so every lane of a group
+/// ends with the same bits.
 template <class Op, class M>
-__device__ __forceinline__ Acc<M> group_reduce(int pass, Acc<M> v, int tpr, Acc<M>* smem) {
-  const int width = tpr < 32 ? tpr : 32;
+__device__ __forceinline__ Acc<M> butterfly(int pass, Acc<M> v, int width) {
   for (int o = width / 2; o > 0; o >>= 1) {
     const Acc<M> u{__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)};
     v = merge_of<Op>(pass, v, u);
   }
+  return v;
+}
+
+/// Reduces `v` over a group of `tpr` threads; every thread of the group gets the same bits.
+/// Groups wider than a warp are a whole CTA (the plan launches one group per CTA then).
+template <class Op, class M>
+__device__ __forceinline__ Acc<M> group_reduce(int pass, Acc<M> v, int tpr, Acc<M>* smem) {
+  v = butterfly<Op>(pass, v, tpr < 32 ? tpr : 32);
   if (tpr <= 32) return v;
   const int warp = threadIdx.x / 32;
   __syncthreads();  // the previous reduction's readers are done with smem
@@ -994,12 +1002,7 @@ __device__ __forceinline__ Acc<M> group_reduce(int pass, Acc<M> v, int tpr, Acc<
   // form a balanced tree of fixed shape (what an equal-weight merge needs, kFullRowPass) in
   // log2(nw) steps instead of a chain of nw - 1. tpr is a power of two (the plan's pow2_at_least).
   const int nw = tpr / 32;
-  v = smem[threadIdx.x & (nw - 1)];
-  for (int o = nw / 2; o > 0; o >>= 1) {
-    const Acc<M> u{__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)};
-    v = merge_of<Op>(pass, v, u);
-  }
-  return v;
+  return butterfly<Op>(pass, smem[threadIdx.x & (nw - 1)], nw);
 }
 
 /// Cluster rows (NormLaunch::cluster > 1): merges the CTA results `v` of the row's `ctas` CTAs in
