@@ -450,6 +450,51 @@ BARACUDA_HD inline float acosh_short(float x) {
   return d < 0.25f ? near1 : far;
 }
 
+/// 2 atanh(y) = ln((1 + y) / (1 - y)) for |y| < 1/3: 2y (1 + y^2 q(y^2)), q degree 3 (relative
+/// error 9e-9); -0 -> -0. The near-1 branch of the logarithms below and logit's near-1/2 branch.
+BARACUDA_HD inline float two_atanh(float y) {
+  const float s = y * y;
+  const float q = horner(s, {1.391534255e-01f, 1.401915010e-01f, 2.000963738e-01f, 3.333322876e-01f});
+  const float y2 = y + y;
+  return fmaf(y2 * s, q, y2);
+}
+/// log2(x) * k for 16-bit storage (k = ln 2: log, 1: log2, log10(2): log10): 2 atanh((x-1)/(x+1))
+/// for x in (1/2, 2) (x - 1 and x + 1 exact, the MUFU reciprocal 1 ulp: the root at 1 keeps its
+/// relative accuracy), else the MUFU log2 (|log2 x| >= 1 there, so its absolute error 2^-22.6 is
+/// relative); subnormal x scaled by 2^24 first (lg2.approx.ftz reads them as 0). 0 -> -inf,
+/// x < 0 and NaN -> NaN, inf -> inf. libdevice's logf/log2f/log10f cost ~15 instructions each
+/// (bf16 rows at 80-83% of the H200 copy figure, issue-bound).
+BARACUDA_HD inline float log2k_short(float x, float k) {
+  const float near = two_atanh((x - 1.0f) * rcp_fast(x + 1.0f)) * (k * kLog2e);
+  const bool sub = x < 0x1p-126f;  // negatives too: still negative after scaling
+  const float far = (lg2_fast(sub ? x * 0x1p24f : x) - (sub ? 24.0f : 0.0f)) * k;
+  return x > 0.5f && x < 2.0f ? near : far;
+}
+/// log1p(x) for 16-bit storage: 2 atanh(x / (2 + x)) for |x| < 1/2, else ln(1 + x) (1 + x exact
+/// for 16-bit x below 2^13; |ln(1 + x)| >= 0.4 there). -1 -> -inf, x < -1 -> NaN, -0 -> -0.
+BARACUDA_HD inline float log1p_short(float x) {
+  const float near = two_atanh(x * rcp_fast(2.0f + x));
+  const float far = lg2_fast(1.0f + x) * kLn2;
+  return fabsf(x) < 0.5f ? near : far;
+}
+/// atanh(x) for 16-bit storage: two_atanh(x) / 2 for |x| < 1/3, else (ln(1 + x) - ln(1 - x)) / 2
+/// (1 +- x exact; |atanh| >= 0.34 there). +-1 -> +-inf, |x| > 1 and NaN -> NaN.
+BARACUDA_HD inline float atanh_short(float x) {
+  const float far = (lg2_fast(1.0f + x) - lg2_fast(1.0f - x)) * (0.5f * kLn2);
+  return fabsf(x) < 0.333333343f ? 0.5f * two_atanh(x) : far;
+}
+/// sinh(x) for 16-bit storage: x (1 + x^2/6 + x^4/120 + x^6/5040) for |x| < 1/2 (truncation 1.1e-8
+/// relative), else sign(x) (e - 1/e) / 2 with e = exp_fast(|x|) (no cancellation: e - 1/e >= 1.04;
+/// e = inf past 88.7 gives inf). libdevice's sinhf: expf plus an IEEE division.
+BARACUDA_HD inline float sinh_short(float x) {
+  const float a = fabsf(x);
+  const float x2 = x * x;
+  const float near = fmaf(x * x2, horner(x2, {1.0f / 5040.0f, 1.0f / 120.0f, 1.0f / 6.0f}), x);
+  const float e = exp_fast(a);
+  const float far = copysignf(0.5f * (e - rcp_fast(e)), x);
+  return a < 0.5f ? near : far;
+}
+
 /// log(z / (1 - z)) (logit after torch's optional clamp): y = 2z - 1 (exact for z in [1/4, 1]);
 /// |y| < 1/3: 2 atanh(y) = 2y (1 + y^2 q(y^2)), q degree 3 (relative error 9e-9), since the root at
 /// z = 1/2 needs relative accuracy; else ln z - ln(1 - z) with two MUFU logs (|logit| >= ln 2), no
@@ -457,10 +502,7 @@ BARACUDA_HD inline float acosh_short(float x) {
 /// z = 0 -> -inf, z = 1 -> inf, z outside [0, 1] or NaN -> NaN (log of a negative), as torch.
 BARACUDA_HD inline float logit_short(float z) {
   const float y = fmaf(2.0f, z, -1.0f);
-  const float s = y * y;
-  const float q = horner(s, {1.391534255e-01f, 1.401915010e-01f, 2.000963738e-01f, 3.333322876e-01f});
-  const float y2 = y + y;
-  const float near_half = fmaf(y2 * s, q, y2);
+  const float near_half = two_atanh(y);
   const bool sub = z < 0x1p-126f;  // negatives too: still negative after scaling
   const float lz = lg2_fast(sub ? z * 0x1p24f : z) - (sub ? 24.0f : 0.0f);
   const float far = (lz - lg2_fast(1.0f - z)) * kLn2;

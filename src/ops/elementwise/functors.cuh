@@ -86,18 +86,18 @@ struct op_rsqrt { FW1 { return rsqrt(x); } BW1(y) { g[0] = M(-0.5) * dy * y * y 
 struct op_cbrt { FW1 { return cbrt(x); } BW1(y) { g[0] = dy / (M(3) * y * y); } };
 struct op_exp { FW1 { return exp(x); } BW1(y) { g[0] = dy * y; } };
 struct op_exp2 { FW1 { return exp2(x); } BW1(y) { g[0] = dy * y * M(0.693147180559945309417); } };
-struct op_expm1 { FW1 { return expm1(x); } BW1(y) { g[0] = dy * (y + M(1)); } };
-struct op_log { FW1 { return log(x); } BW1(x) { g[0] = dy / x; } };
-struct op_log2 { FW1 { return log2(x); } BW1(x) { g[0] = dy / (x * M(0.693147180559945309417)); } };
-struct op_log10 { FW1 { return log10(x); } BW1(x) { g[0] = dy / (x * M(2.30258509299404568402)); } };
-struct op_log1p { FW1 { return log1p(x); } BW1(x) { g[0] = dy / (x + M(1)); } };
+struct op_expm1 { FW1 { if constexpr (kShortMath<M, T>) return short_math::expm1_short(x); else return expm1(x); } BW1(y) { g[0] = dy * (y + M(1)); } };
+struct op_log { FW1 { if constexpr (kShortMath<M, T>) return short_math::log2k_short(x, short_math::kLn2); else return log(x); } BW1(x) { g[0] = dy / x; } };
+struct op_log2 { FW1 { if constexpr (kShortMath<M, T>) return short_math::log2k_short(x, 1.0f); else return log2(x); } BW1(x) { g[0] = dy / (x * M(0.693147180559945309417)); } };
+struct op_log10 { FW1 { if constexpr (kShortMath<M, T>) return short_math::log2k_short(x, 0.301029995663981195f); else return log10(x); } BW1(x) { g[0] = dy / (x * M(2.30258509299404568402)); } };
+struct op_log1p { FW1 { if constexpr (kShortMath<M, T>) return short_math::log1p_short(x); else return log1p(x); } BW1(x) { g[0] = dy / (x + M(1)); } };
 struct op_sin { FW1 { return sin(x); } BW1(x) { g[0] = dy * cos(x); } };
 struct op_cos { FW1 { return cos(x); } BW1(x) { g[0] = -dy * sin(x); } };
 struct op_tan { FW1 { return tan(x); } BW1(y) { g[0] = dy * (M(1) + y * y); } };
 struct op_asin { FW1 { return asin(x); } BW1(x) { g[0] = dy / sqrt(M(1) - x * x); } };
 struct op_acos { FW1 { return acos(x); } BW1(x) { g[0] = -dy / sqrt(M(1) - x * x); } };
 struct op_atan { FW1 { return atan(x); } BW1(x) { g[0] = dy / (M(1) + x * x); } };
-struct op_sinh { FW1 { return sinh(x); } BW1(x) { g[0] = dy * cosh(x); } };
+struct op_sinh { FW1 { if constexpr (kShortMath<M, T>) return short_math::sinh_short(x); else return sinh(x); } BW1(x) { g[0] = dy * cosh(x); } };
 struct op_cosh { FW1 { return cosh(x); } BW1(x) { g[0] = dy * sinh(x); } };
 struct op_tanh {
   FW1 { return tanh(x); }
@@ -107,7 +107,7 @@ struct op_tanh {
 };
 struct op_asinh { FW1 { if constexpr (kShortMath<M, T>) return short_math::asinh_short(x); else return asinh(x); } BW1(x) { g[0] = dy * rsqrt(x * x + M(1)); } };
 struct op_acosh { FW1 { if constexpr (kShortMath<M, T>) return short_math::acosh_short(x); else return acosh(x); } BW1(x) { g[0] = dy * rsqrt(x - M(1)) * rsqrt(x + M(1)); } };
-struct op_atanh { FW1 { return atanh(x); } BW1(x) { g[0] = dy / (M(1) - x * x); } };
+struct op_atanh { FW1 { if constexpr (kShortMath<M, T>) return short_math::atanh_short(x); else return atanh(x); } BW1(x) { g[0] = dy / (M(1) - x * x); } };
 struct op_floor { FW1 { if constexpr (is_float_v<M>) return floor(x); else return x; } ZERO_BW1 };
 struct op_ceil { FW1 { if constexpr (is_float_v<M>) return ceil(x); else return x; } ZERO_BW1 };
 struct op_trunc { FW1 { if constexpr (is_float_v<M>) return trunc(x); else return x; } ZERO_BW1 };
@@ -283,22 +283,24 @@ struct op_celu {
   BW1(x) { const M a = prm<M>(p, 0); g[0] = elu_bw(dy, x, a, M(1), M(1) / a); }
 };
 /// For 16-bit storage the result keeps 8 (bf16) or 11 (f16) bits, so gelu uses short forms that
-/// are exact to ~1e-6 relative instead of erff/tanhf (which made bf16 gelu compute-bound):
+/// are exact to ~1e-6 relative instead of erff/tanhf (which made bf16 gelu compute-bound), on the
+/// MUFU ex2/rcp alone (the IEEE __frcp_rn and __expf's subnormal fix-up kept bf16 gelu at 80% of
+/// the H200 copy figure):
 /// Phi(x) from Abramowitz-Stegun 7.1.26 (|error| <= 1.5e-7, branch-free) and the tanh form as
 /// x * sigmoid(2u), which is also exact in the far negative tail where 1 + tanh(u) cancels.
 template <class M, class T>
 inline constexpr bool kGeluShort = cuda::std::is_same_v<M, float> && sizeof(T) == 2;
 __device__ __forceinline__ float normal_cdf_short(float x) {
   const float z = fabsf(x) * 0.70710678118654752f;
-  const float t = __frcp_rn(fmaf(0.3275911f, z, 1.0f));
+  const float t = short_math::rcp_fast(fmaf(0.3275911f, z, 1.0f));
   const float poly =
       t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  const float half_erfc = 0.5f * poly * __expf(-z * z);  // NaN in, NaN out
+  const float half_erfc = 0.5f * poly * short_math::exp_fast(-z * z);  // NaN in, NaN out
   return x >= 0.0f ? 1.0f - half_erfc : half_erfc;
 }
 __device__ __forceinline__ float sigmoid_2u_short(float x) {  // sigmoid(2u), u = gelu's tanh argument
   const float u = 0.7978845608028654f * fmaf(0.044715f * x, x * x, x);
-  return __frcp_rn(1.0f + __expf(-2.0f * u));
+  return short_math::rcp_fast(1.0f + short_math::exp_fast(-2.0f * u));
 }
 template <class M, class T> __device__ __forceinline__ M gelu_fw(M x, bool tanh_approx) {
   if constexpr (kGeluShort<M, T>) {
@@ -315,7 +317,7 @@ template <class M, class T> __device__ __forceinline__ M gelu_grad(M x, bool tan
       const float s = sigmoid_2u_short(x);
       return s + 2.0f * x * s * (1.0f - s) * 0.7978845608028654f * fmaf(3.0f * 0.044715f, x * x, 1.0f);
     }
-    return normal_cdf_short(x) + x * __expf(-0.5f * x * x) * 0.3989422804014327f;
+    return normal_cdf_short(x) + x * short_math::exp_fast(-0.5f * x * x) * 0.3989422804014327f;
   } else {
   if (tanh_approx) {
     constexpr M kBeta = M(0.797884560802865355879892119869);
@@ -386,7 +388,10 @@ struct op_softsign {
   BW1(x) { const M d = M(1) + fabs(x); g[0] = dy / (d * d); }
 };
 struct op_logsigmoid {
-  FW1 { return (x < M(0) ? x : M(0)) - log1p(exp(-fabs(x))); }
+  FW1 {
+    if constexpr (kShortMath<M, T>) return 0.0f - short_math::softplus_short(-x);  // -softplus(-x); 0 - 0 = +0 as torch
+    else return (x < M(0) ? x : M(0)) - log1p(exp(-fabs(x)));
+  }
   BW1(x) {
     const bool neg = x < M(0);
     const M z = exp(-fabs(x));
