@@ -307,8 +307,12 @@ _SHORT_EVERY = {
 def test_short_math_every_16bit_input(name, dtype):
     """Every bit pattern of the dtype: NaN and infinity positions (with signs) as torch; every finite
     result within one ulp of the dtype of torch's (plus 1e-6 absolute: gelu's far negative tail,
-    where torch's 1 + erf rounds to 0 and ours keeps x Phi(x)); at most 1 in 200 inputs rounding
-    differently (the f32 results differ by ~1e-6 relative, so only near-ties of the dtype flip)."""
+    where torch's 1 + erf rounds to 0 and ours keeps x Phi(x); 2e-6 for the tanh-form gradient,
+    where torch's 1 + tanh(u) cancels: at x = -5.35 it gives -1.19e-6 for -1.2e-7); at most 1 in
+    200 inputs rounding differently (the f32 results differ by ~1e-6 relative, so only near-ties
+    of the dtype flip). gelu and the tanh-form gradient in f16: 1 in 100 (host model: 466 and 461
+    inputs, all in the tail x in [-6, -2] where the values are below 1e-4 and f16 still resolves
+    the difference between the A&S form / the sigmoid form and torch's f32 erf / 1 + tanh)."""
     dt = getattr(torch, dtype)
     x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dt).to(ew.DEVICE)
     ours_fn, ref_fn = _SHORT_EVERY[name]
@@ -320,11 +324,12 @@ def test_short_math_every_16bit_input(name, dtype):
     g, w = got[fin].double(), want[fin].double()
     mant, tiny = (7, 2.0 ** -133) if dtype == "bfloat16" else (10, 2.0 ** -24)
     ulp = torch.exp2(torch.floor(torch.log2(w.abs().clamp_min(tiny))) - mant).clamp_min(tiny)
-    bad = (g - w).abs() > ulp + 1e-6
+    tail = name in ("gelu", "gelu_backward_tanh")
+    bad = (g - w).abs() > ulp + (2e-6 if tail else 1e-6)
     assert not bool(bad.any()), (f"{name} {dtype}: {int(bad.sum())} results beyond one ulp, e.g. x = "
                                  f"{x[fin][bad][:4].tolist()} -> {g[bad][:4].tolist()} vs torch {w[bad][:4].tolist()}")
     differ = int((g != w).sum())
-    assert differ <= x.numel() // 200, f"{name} {dtype}: {differ} of {x.numel()} inputs round differently from torch"
+    assert differ <= x.numel() // (100 if tail and dtype == "float16" else 200), f"{name} {dtype}: {differ} of {x.numel()} inputs round differently from torch"
 
 
 @needs_cuda

@@ -484,14 +484,15 @@ BARACUDA_HD inline float atanh_short(float x) {
   return fabsf(x) < 0.333333343f ? 0.5f * two_atanh(x) : far;
 }
 /// sinh(x) for 16-bit storage: x (1 + x^2/6 + x^4/120 + x^6/5040) for |x| < 1/2 (truncation 1.1e-8
-/// relative), else sign(x) (e - 1/e) / 2 with e = exp_fast(|x|) (no cancellation: e - 1/e >= 1.04;
-/// e = inf past 88.7 gives inf). libdevice's sinhf: expf plus an IEEE division.
+/// relative), else sign(x) (h - 1/(4h)) with h = e^|x| / 2 = 2^(|x| log2 e - 1) (no cancellation:
+/// h - 1/(4h) >= 0.52; halving inside the exponent keeps sinh finite up to 89.4, where e^|x| alone
+/// overflows from 88.7). libdevice's sinhf: expf plus an IEEE division.
 BARACUDA_HD inline float sinh_short(float x) {
   const float a = fabsf(x);
   const float x2 = x * x;
   const float near = fmaf(x * x2, horner(x2, {1.0f / 5040.0f, 1.0f / 120.0f, 1.0f / 6.0f}), x);
-  const float e = exp_fast(a);
-  const float far = copysignf(0.5f * (e - rcp_fast(e)), x);
+  const float h = ex2_fast(fmaf(a, kLog2e, -1.0f));
+  const float far = copysignf(fmaf(-0.25f, rcp_fast(h), h), x);
   return a < 0.5f ? near : far;
 }
 
