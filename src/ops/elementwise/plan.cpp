@@ -342,7 +342,7 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
   {
     const bool short_form = desc.dtype == DType::f16 || desc.dtype == DType::bf16;  // functors.cuh kGeluShort
     if (desc.params[0] != 0)
-      p.sku_.precision.note = short_form ? "tanh approximation, as x*sigmoid(2u) with __expf (~1e-6 rel. in f32)"
+      p.sku_.precision.note = short_form ? "tanh approximation, as x*sigmoid(2u) on the MUFU ex2/rcp (~1e-6 rel. in f32)"
                                          : "tanh approximation";
     else
       p.sku_.precision.note = short_form ? "erf gelu, Phi by Abramowitz-Stegun 7.1.26 (|err| <= 1.5e-7 before rounding)"
@@ -357,7 +357,9 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
     const E o = desc.op;
     if (half && (o == E::erfc || o == E::lgamma || o == E::digamma || o == E::polygamma || o == E::pow ||
                  o == E::sinc || o == E::softplus || o == E::mish || o == E::elu || o == E::selu || o == E::celu ||
-                 o == E::asinh || o == E::acosh || o == E::logit || o == E::atan2))
+                 o == E::asinh || o == E::acosh || o == E::logit || o == E::atan2 || o == E::expm1 || o == E::log ||
+                 o == E::log2 || o == E::log10 || o == E::log1p || o == E::atanh || o == E::sinh ||
+                 o == E::logsigmoid))
       p.sku_.precision.note = "short form for 16-bit storage (MUFU exp2/log2/rcp, ~1e-6 rel. in f32 before rounding)";
     else if (desc.dtype == DType::f32 && (o == E::lgamma || o == E::digamma || o == E::polygamma))
       p.sku_.precision.note = "own f32 lgamma/digamma/trigamma series (a few f32 ulp; polygamma n >= 2: zeta)";
