@@ -282,7 +282,8 @@ def test_short_math_bf16_every_input(name):
 
 
 # Short forms on the MUFU ex2/lg2/rcp (gelu's ex2/rcp, the logarithms, expm1, atanh, sinh,
-# logsigmoid): every bf16 and f16 bit pattern against torch.
+# logsigmoid) and sinf's fast path written out (sin, cos, tan): every bf16 and f16 bit pattern
+# against torch.
 _SHORT_EVERY = {
     "gelu": (lambda x: F.gelu(x), lambda x: torch.nn.functional.gelu(x)),
     "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), lambda x: torch.nn.functional.gelu(x, approximate="tanh")),
@@ -298,6 +299,13 @@ _SHORT_EVERY = {
     "atanh": (lambda x: F.atanh(x), torch.atanh),
     "sinh": (lambda x: F.sinh(x), torch.sinh),
     "logsigmoid": (lambda x: F.logsigmoid(x), torch.nn.functional.logsigmoid),
+    "sin": (lambda x: F.sin(x), torch.sin),
+    "cos": (lambda x: F.cos(x), torch.cos),
+    "tan": (lambda x: F.tan(x), torch.tan),
+    # the gated rows' sigmoid_short: glu(cat[1, x]) = sigmoid(x), swiglu(cat[x, 1]) = silu(x)
+    "glu_gate": (lambda x: F.glu(torch.stack([torch.ones_like(x), x], -1), -1).reshape(-1), torch.sigmoid),
+    "swiglu_gate": (lambda x: F.swiglu(torch.stack([x, torch.ones_like(x)], -1), -1).reshape(-1),
+                    torch.nn.functional.silu),
 }
 
 
@@ -330,6 +338,33 @@ def test_short_math_every_16bit_input(name, dtype):
                                  f"{x[fin][bad][:4].tolist()} -> {g[bad][:4].tolist()} vs torch {w[bad][:4].tolist()}")
     differ = int((g != w).sum())
     assert differ <= x.numel() // (100 if tail and dtype == "float16" else 200), f"{name} {dtype}: {differ} of {x.numel()} inputs round differently from torch"
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_short_math_fmod_remainder_16bit(dtype):
+    """fmod_short (a - trunc(a/b) b by one exact FMA and a one-step fix, fmodf past |a/b| >= 2^20) is
+    exact, so fmod and remainder equal torch's bit for bit (sign of zero and NaN positions too):
+    4M random bit-pattern pairs, pairs of nearby magnitudes (quotients near integers), and zeros,
+    infinities, NaN and subnormal divisors."""
+    dt = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(17)
+    bits = lambda n: torch.randint(-32768, 32768, (n,), device="cuda", generator=g, dtype=torch.int32).to(torch.int16).view(dt)
+    a, b = bits(1 << 22), bits(1 << 22)
+    near_a = (torch.randn(1 << 20, device="cuda", generator=g) * 100).to(dt)
+    near_b = (near_a.float() / torch.randint(1, 5000, (1 << 20,), device="cuda", generator=g).float()).to(dt)
+    special = torch.tensor([0.0, -0.0, 1.0, -1.0, 3.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40,
+                            65504.0, 0.5, -2.5], dtype=torch.float32)
+    sa, sb = torch.meshgrid(special, special, indexing="ij")
+    a = torch.cat([a, near_a, sa.reshape(-1).to(dt).cuda(), b[:100]])
+    b = torch.cat([b, near_b, sb.reshape(-1).to(dt).cuda(), a[:100]])
+    for ours, ref in ((F.fmod, torch.fmod), (F.remainder, torch.remainder)):
+        got, want = ours(a, b), ref(a, b)
+        assert torch.equal(torch.isnan(got), torch.isnan(want)), f"{ref.__name__}: NaN positions differ"
+        keep = ~torch.isnan(want)
+        differ = got[keep].view(torch.int16) != want[keep].view(torch.int16)
+        assert not bool(differ.any()), (f"{ref.__name__} {dtype}: {int(differ.sum())} results differ, e.g. "
+                                        f"{a[keep][differ][:3].tolist()} / {b[keep][differ][:3].tolist()}")
 
 
 @needs_cuda

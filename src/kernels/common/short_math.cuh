@@ -15,7 +15,6 @@
 // evaluate in double and round (the device's are within 2 ulp of that; the host check also runs
 // with those errors injected, see the numbers).
 #pragma once
-#include <cuda/std/limits>
 
 #if defined(__CUDACC__)
 #define BARACUDA_HD __host__ __device__
@@ -113,8 +112,9 @@ BARACUDA_HD inline float horner(float t, const float (&c)[N]) {
   return p;
 }
 
-inline constexpr float kInf = cuda::std::numeric_limits<float>::infinity();
-inline constexpr float kNaN = cuda::std::numeric_limits<float>::quiet_NaN();
+// Compiler builtins (GCC, Clang, NVCC alike), so the host tests need no CUDA headers for this file.
+inline constexpr float kInf = __builtin_huge_valf();
+inline constexpr float kNaN = __builtin_nanf("");
 
 // ---- digamma -----------------------------------------------------------------------------------
 /// psi(x) for x > 0 (or +inf, NaN). The recurrence psi(x) = psi(x + 6) - sum_{k<6} 1/(x+k) runs
@@ -289,6 +289,18 @@ BARACUDA_HD inline unsigned float_bits(float x) {
 #endif
 }
 
+/// sigmoid(x) = 1 / (1 + e^-x) on the MUFU ex2 and reciprocal (~3 ulp), for the gated 16-bit rows
+/// (glu, swiglu: a * sigmoid(gate), whose IEEE division and expf kept them at 73-75% of the H200
+/// copy figure). Below x = -80 it is e^x (the 1 + e^x denominator is 1 in f32), taken as
+/// 2^(x log2 e + 64) 2^-64 so results below 2^-126 come out subnormal as torch's, where the .ftz
+/// reciprocal of a huge 1 + e^-x would flush them; below -88.72, where torch's expf(-x) overflows
+/// and 1 / (1 + inf) is 0, it is 0 as torch's. +inf -> 1, -inf -> 0, NaN -> NaN.
+BARACUDA_HD inline float sigmoid_short(float x) {
+  const float main = rcp_fast(1.0f + ex2_fast(x * -kLog2e));
+  const float tail = x < -88.72f ? 0.0f : ex2_fast(fmaf(x, kLog2e, 64.0f)) * 0x1p-64f;
+  return x < -80.0f ? tail : main;
+}
+
 /// e^z - 1 (elu, selu, celu): z (1 + z/2 + ... + z^5/720) for |z| < 0.25 (truncation < 5e-8
 /// relative; written as z * (...) so expm1(-0) = -0), else 2^(z log2 e) - 1 with the MUFU ex2:
 /// |e^z - 1| >= 0.22 there, so its 2-ulp error stays relative; rounding z log2 e adds |z| 2^-24
@@ -354,34 +366,98 @@ BARACUDA_HD inline float mish_grad_short(float x) {
 
 /// |pi x| >= 105615 (|x| >= 33618), inf, NaN: sinf (its Payne-Hanek reduction) out of the hot loop.
 BARACUDA_HD_COLD inline float sinc_tail(float px) { return sinf(px) / px; }
+BARACUDA_HD_COLD inline float sin_tail(float x) { return sinf(x); }
+BARACUDA_HD_COLD inline float cos_tail(float x) { return cosf(x); }
+BARACUDA_HD_COLD inline float tan_tail(float x) { return tanf(x); }
 
-/// sin(px) / px with px = fl(pi x), torch's f32 product: sinf's fast path written out (3-part
-/// Cody-Waite reduction by pi/2, exact for |px| < 105615, and its sin/cos polynomials) with the
-/// quadrant taken by a round-to-integer addition instead of F2I, and a MUFU reciprocal instead of
-/// the IEEE division. In the first quadrant (|px| < pi/4, including 0 and subnormals) the sin
-/// polynomial divided by r gives the result directly, with no reciprocal of a small px.
-BARACUDA_HD inline float sinc_short(float x) {
-  const float px = 3.14159265358979323846f * x;
-  if (!(fabsf(px) < 105615.0f)) return sinc_tail(px);
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: the sum's ulp is 1, so it is round(px 2/pi)
-  const float jr = fmaf(px, 0.636619772367581343f, kRound);
-  const unsigned quadrant = float_bits(jr);  // low bits: those of round(px 2/pi) (2^22 + j)
-  const float j = jr - kRound;
-  float r = fmaf(j, -1.57079625129699707031f, px);
-  r = fmaf(j, -7.54978941586159635335e-08f, r);
-  r = fmaf(j, -5.39030295347423839270e-15f, r);
-  const float u = r * r;
-  const float sin_r =
+/// sinf's fast path written out, for |x| < 105615 (larger, inf, NaN: the caller's tail, sinf's
+/// Payne-Hanek reduction out of the hot loop): a 3-part Cody-Waite reduction by pi/2 (exact in that
+/// range) to x = j pi/2 + r, |r| <= pi/4, with j taken by a round-to-integer addition instead of F2I,
+/// and sinf's polynomials for sin(r)/r and cos(r). libdevice's sinf/cosf/tanf do the same behind a
+/// range test, an F2I and a call to the slow path: bf16 sin/cos at 81-82% of the H200 copy figure.
+struct QuarterTurns {
+  float r, sin_r_over_r, cos_r, j;
+  unsigned quadrant;  // low bits of j
+};
+BARACUDA_HD inline QuarterTurns quarter_turns(float x) {
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: the sum's ulp is 1, so it is round(x 2/pi)
+  const float jr = fmaf(x, 0.636619772367581343f, kRound);
+  QuarterTurns t;
+  t.quadrant = float_bits(jr);  // low bits: those of round(x 2/pi) (2^22 + j)
+  t.j = jr - kRound;
+  float r = fmaf(t.j, -1.57079625129699707031f, x);
+  r = fmaf(t.j, -7.54978941586159635335e-08f, r);
+  t.r = fmaf(t.j, -5.39030295347423839270e-15f, r);
+  const float u = t.r * t.r;
+  t.sin_r_over_r =
       fmaf(u, fmaf(u, fmaf(u, -1.95746586541645228863e-04f, 8.33270326256752014160e-03f), -1.66666626930236816406e-01f),
-           1.0f);  // sin(r) / r
-  const float cos_r = fmaf(
+           1.0f);
+  t.cos_r = fmaf(
       u,
       fmaf(u, fmaf(u, fmaf(u, 2.42795795202255249023e-05f, -1.38878601137548685074e-03f), 4.16667275130748748779e-02f),
            -4.99999970197677612305e-01f),
       1.0f);
-  float v = (quadrant & 1u) ? cos_r : sin_r * r;
-  v = (quadrant & 2u) ? -v : v;
-  return j == 0.0f ? sin_r : v * rcp_fast(px);
+  return t;
+}
+inline constexpr float kQuarterTurnsMax = 105615.0f;
+
+/// sin(x) (16-bit storage; the same f32 arithmetic as sinf's fast path, so the same value but for
+/// its final FMA ordering). -0 -> -0, subnormals pass through.
+BARACUDA_HD inline float sin_short(float x) {
+  if (!(fabsf(x) < kQuarterTurnsMax)) return sin_tail(x);
+  const QuarterTurns t = quarter_turns(x);
+  const float v = (t.quadrant & 1u) ? t.cos_r : t.sin_r_over_r * t.r;
+  return (t.quadrant & 2u) ? -v : v;
+}
+/// cos(x) = sin(x + pi/2): quadrant j + 1.
+BARACUDA_HD inline float cos_short(float x) {
+  if (!(fabsf(x) < kQuarterTurnsMax)) return cos_tail(x);
+  const QuarterTurns t = quarter_turns(x);
+  const float v = (t.quadrant & 1u) ? t.sin_r_over_r * t.r : t.cos_r;
+  return ((t.quadrant + 1u) & 2u) ? -v : v;
+}
+/// tan(x): sin(r)/cos(r) for even j, -cos(r)/sin(r) for odd j, with the MUFU reciprocal (cos(r) >=
+/// 0.707; sin(r) = 0 only at r = 0, where j odd means x = (2k+1) pi/2 exactly: not a float).
+BARACUDA_HD inline float tan_short(float x) {
+  if (!(fabsf(x) < kQuarterTurnsMax)) return tan_tail(x);
+  const QuarterTurns t = quarter_turns(x);
+  const float s = t.sin_r_over_r * t.r;
+  return (t.quadrant & 1u) ? -t.cos_r * rcp_fast(s) : s * rcp_fast(t.cos_r);
+}
+
+/// sin(px) / px with px = fl(pi x), torch's f32 product, on quarter_turns with a MUFU reciprocal
+/// instead of the IEEE division. In the first quadrant (|px| < pi/4, including 0 and subnormals)
+/// sin(r)/r is the result directly, with no reciprocal of a small px.
+BARACUDA_HD inline float sinc_short(float x) {
+  const float px = 3.14159265358979323846f * x;
+  if (!(fabsf(px) < kQuarterTurnsMax)) return sinc_tail(px);
+  const QuarterTurns t = quarter_turns(px);
+  float v = (t.quadrant & 1u) ? t.cos_r : t.sin_r_over_r * t.r;
+  v = (t.quadrant & 2u) ? -v : v;
+  return t.j == 0.0f ? t.sin_r_over_r : v * rcp_fast(px);
+}
+
+// ---- fmod (16-bit storage) ------------------------------------------------------------------------
+BARACUDA_HD_COLD inline float fmod_tail(float a, float b) { return fmodf(a, b); }
+/// fmod(a, b) = a - trunc(a/b) b, exact, for 16-bit operands (<= 11 significant bits): n =
+/// trunc(a * rcp(b)) is the true truncated quotient or one off (|a/b| < 2^20 and the MUFU
+/// reciprocal's 1 ulp: the product is within 2 ulp of a/b, < 0.5 absolute; the host check with 2
+/// ulp injected into the reciprocal found two-off quotients from 2^21.8 on), the residual a - n b is one exact FMA
+/// (its exact value has at most 13 significant bits), and one step of |b| towards a's side fixes
+/// the off-by-one. A zero result takes a's sign (IEEE fmod). b zero, subnormal or past 2^126, a or
+/// b non-finite, |a/b| >= 2^20: fmodf (libdevice's loop over the exponent difference, which with
+/// its IEEE division kept bf16 fmod at 0.87x torch on the H200).
+BARACUDA_HD inline float fmod_short(float a, float b) {
+  const float ab = fabsf(b);
+  const float q = a * rcp_fast(b);
+  if (!(ab >= 0x1p-126f && ab < 0x1p126f && fabsf(q) < 0x1p20f)) return fmod_tail(a, b);
+  float r = fmaf(-truncf(q), b, a);
+  if (a >= 0.0f) {
+    r = r < 0.0f ? r + ab : (r >= ab ? r - ab : r);
+  } else {
+    r = r > 0.0f ? r - ab : (r <= -ab ? r + ab : r);
+  }
+  return r == 0.0f ? copysignf(0.0f, a) : r;
 }
 
 // ---- pow (16-bit storage) -------------------------------------------------------------------------

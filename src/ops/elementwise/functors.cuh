@@ -91,9 +91,9 @@ struct op_log { FW1 { if constexpr (kShortMath<M, T>) return short_math::log2k_s
 struct op_log2 { FW1 { if constexpr (kShortMath<M, T>) return short_math::log2k_short(x, 1.0f); else return log2(x); } BW1(x) { g[0] = dy / (x * M(0.693147180559945309417)); } };
 struct op_log10 { FW1 { if constexpr (kShortMath<M, T>) return short_math::log2k_short(x, 0.301029995663981195f); else return log10(x); } BW1(x) { g[0] = dy / (x * M(2.30258509299404568402)); } };
 struct op_log1p { FW1 { if constexpr (kShortMath<M, T>) return short_math::log1p_short(x); else return log1p(x); } BW1(x) { g[0] = dy / (x + M(1)); } };
-struct op_sin { FW1 { return sin(x); } BW1(x) { g[0] = dy * cos(x); } };
-struct op_cos { FW1 { return cos(x); } BW1(x) { g[0] = -dy * sin(x); } };
-struct op_tan { FW1 { return tan(x); } BW1(y) { g[0] = dy * (M(1) + y * y); } };
+struct op_sin { FW1 { if constexpr (kShortMath<M, T>) return short_math::sin_short(x); else return sin(x); } BW1(x) { g[0] = dy * cos(x); } };
+struct op_cos { FW1 { if constexpr (kShortMath<M, T>) return short_math::cos_short(x); else return cos(x); } BW1(x) { g[0] = -dy * sin(x); } };
+struct op_tan { FW1 { if constexpr (kShortMath<M, T>) return short_math::tan_short(x); else return tan(x); } BW1(y) { g[0] = dy * (M(1) + y * y); } };
 struct op_asin { FW1 { return asin(x); } BW1(x) { g[0] = dy / sqrt(M(1) - x * x); } };
 struct op_acos { FW1 { return acos(x); } BW1(x) { g[0] = -dy / sqrt(M(1) - x * x); } };
 struct op_atan { FW1 { return atan(x); } BW1(x) { g[0] = dy / (M(1) + x * x); } };
@@ -408,7 +408,7 @@ struct op_prelu {
   BW2 { g[0] = a > M(0) ? dy : b * dy; g[1] = a > M(0) ? M(0) : a * dy; }
 };
 struct op_glu {
-  FW2 { return a * sigmoid_(b); }
+  FW2 { if constexpr (kShortMath<M, T>) return a * short_math::sigmoid_short(b); else return a * sigmoid_(b); }
   BW2 { const M s = sigmoid_(b); g[0] = dy * s; g[1] = dy * a * s * (M(1) - s); }
 };
 struct op_reglu {
@@ -420,7 +420,10 @@ struct op_geglu {
   BW2 { g[0] = dy * b * gelu_grad<M, T>(a, p.d[0] != 0); g[1] = dy * gelu_fw<M, T>(a, p.d[0] != 0); }
 };
 struct op_swiglu {
-  FW2 { return a / (M(1) + exp(-a)) * b; }
+  FW2 {
+    if constexpr (kShortMath<M, T>) return a * short_math::sigmoid_short(a) * b;
+    else return a / (M(1) + exp(-a)) * b;
+  }
   BW2 {
     const M s = sigmoid_(a);
     g[0] = dy * b * s * (M(1) + a * (M(1) - s));
@@ -480,13 +483,18 @@ struct op_div_floor {
   ZERO_BW2
 };
 struct op_fmod {
-  FW2 { if constexpr (is_float_v<M>) return fmod(a, b); else return b == M(0) ? M(0) : M(a % b); }
+  FW2 {
+    if constexpr (kShortMath<M, T>) return short_math::fmod_short(a, b);
+    else if constexpr (is_float_v<M>) return fmod(a, b);
+    else return b == M(0) ? M(0) : M(a % b);
+  }
   BW2 { g[0] = dy; g[1] = -dy * trunc(a / b); }
 };
 struct op_remainder {
   FW2 {
     if constexpr (is_float_v<M>) {
-      M m = fmod(a, b);
+      M m;
+      if constexpr (kShortMath<M, T>) m = short_math::fmod_short(a, b); else m = fmod(a, b);
       if (m != M(0) && ((b < M(0)) != (m < M(0)))) m += b;
       return m;
     } else {

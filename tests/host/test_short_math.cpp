@@ -1,0 +1,107 @@
+// The 16-bit short forms of src/kernels/common/short_math.cuh on the host (their __host__ path
+// evaluates the MUFU instructions in double and rounds, see the header), against the C library in
+// double: every bf16 input for the unary forms, and fmod_short bit for bit against std::fmod. The
+// GPU suite (test_elementwise_special.py) checks the device build against torch on every bf16/f16
+// input; this keeps the accuracy claims in the header checked in CI, without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/short_math.cuh"
+
+namespace sm = baracuda::kern::short_math;
+
+namespace {
+float bf16_value(uint32_t bits) {
+  const uint32_t u = bits << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+double f32_ulp(double v) {
+  int e;
+  std::frexp(std::fabs(v), &e);
+  return std::ldexp(1.0, std::max(e - 24, -149));
+}
+/// Worst error in f32 ulps of `ours` over every finite-result bf16 input; NaN and infinity classes
+/// must match the reference's (a reference beyond the f32 range must give inf).
+template <class Ours, class Ref>
+double worst_ulps(Ours ours, Ref ref, double* at) {
+  double worst = 0;
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const float x = bf16_value(i);
+    if (std::isnan(x)) continue;
+    const double want = ref(static_cast<double>(x));
+    const float got = ours(x);
+    const bool want_inf = std::isinf(want) || std::fabs(want) > 3.4028234663852886e38;
+    EXPECT_EQ(std::isnan(want), std::isnan(got)) << "x = " << x;
+    EXPECT_EQ(want_inf, std::isinf(got)) << "x = " << x << " want " << want << " got " << got;
+    if (std::isnan(want) || want_inf || std::isnan(got) || std::isinf(got)) continue;
+    const double err = std::fabs(got - want) / f32_ulp(want);
+    if (err > worst) worst = err, *at = x;
+  }
+  return worst;
+}
+}  // namespace
+
+TEST(ShortMath, LogarithmsAndAtanhEveryBf16Input) {
+  double at = 0;
+  EXPECT_LE(worst_ulps([](float x) { return sm::log2k_short(x, sm::kLn2); }, [](double x) { return std::log(x); }, &at), 3.0) << at;
+  EXPECT_LE(worst_ulps([](float x) { return sm::log2k_short(x, 1.0f); }, [](double x) { return std::log2(x); }, &at), 3.0) << at;
+  EXPECT_LE(worst_ulps([](float x) { return sm::log2k_short(x, 0.301029995663981195f); },
+                       [](double x) { return std::log10(x); }, &at), 3.0) << at;
+  EXPECT_LE(worst_ulps(sm::log1p_short, [](double x) { return std::log1p(x); }, &at), 3.0) << at;
+  EXPECT_LE(worst_ulps(sm::atanh_short, [](double x) { return std::atanh(x); }, &at), 3.0) << at;
+}
+
+TEST(ShortMath, SinCosTanEveryBf16Input) {
+  double at = 0;
+  EXPECT_LE(worst_ulps(sm::sin_short, [](double x) { return std::sin(x); }, &at), 2.0) << at;
+  EXPECT_LE(worst_ulps(sm::cos_short, [](double x) { return std::cos(x); }, &at), 2.0) << at;
+  EXPECT_LE(worst_ulps(sm::tan_short, [](double x) { return std::tan(x); }, &at), 4.0) << at;
+}
+
+TEST(ShortMath, SinhExpm1EveryBf16Input) {
+  // Rounding |x| log2 e costs up to |x| 2^-24 relative (documented): 54 ulp at x = 54.75, within
+  // 1e-5 relative, far below the 2^-9 / 2^-12 of bf16 / f16.
+  double at = 0;
+  EXPECT_LE(worst_ulps(sm::sinh_short, [](double x) { return std::sinh(x); }, &at), 64.0) << at;
+  EXPECT_LE(worst_ulps(sm::expm1_short, [](double x) { return std::expm1(x); }, &at), 64.0) << at;
+}
+
+TEST(ShortMath, FmodIsExactForBf16Pairs) {
+  // Every 97th bf16 bit pattern as a against every pattern as b (44M pairs), bit for bit with
+  // std::fmod, the sign of zero included.
+  long differ = 0;
+  for (uint32_t i = 0; i < 65536; i += 97)
+    for (uint32_t j = 0; j < 65536; ++j) {
+      const float a = bf16_value(i), b = bf16_value(j);
+      const float got = sm::fmod_short(a, b), want = std::fmod(a, b);
+      if (std::isnan(want)) {
+        differ += !std::isnan(got);
+        continue;
+      }
+      uint32_t gb, wb;
+      std::memcpy(&gb, &got, 4);
+      std::memcpy(&wb, &want, 4);
+      if (gb != wb && differ++ < 4) ADD_FAILURE() << "fmod(" << a << ", " << b << ") = " << got << ", want " << want;
+    }
+  EXPECT_EQ(differ, 0);
+}
+
+TEST(ShortMath, SigmoidEveryBf16InputAsTorchF32) {
+  // torch's sigmoid in f32 is 1 / (1 + expf(-x)): 0 once expf(-x) overflows, subnormal just above.
+  // As sinh/expm1: rounding x log2 e costs up to |x| 2^-24 relative (54 ulp at x = -64.5).
+  double at = 0;
+  EXPECT_LE(worst_ulps(sm::sigmoid_short,
+                       [](double x) {
+                         const float e = std::exp(-static_cast<float>(x));
+                         return std::isinf(e) ? 0.0 : 1.0 / (1.0 + std::exp(-x));
+                       },
+                       &at),
+            64.0)
+      << at;
+}
