@@ -306,6 +306,14 @@ _SHORT_EVERY = {
     "glu_gate": (lambda x: F.glu(torch.stack([torch.ones_like(x), x], -1), -1).reshape(-1), torch.sigmoid),
     "swiglu_gate": (lambda x: F.swiglu(torch.stack([x, torch.ones_like(x)], -1), -1).reshape(-1),
                     torch.nn.functional.silu),
+    # softplus_short with its exp_tiny tail, through softplus (beta 2: the reciprocal of beta),
+    # logaddexp and logaddexp2 against 0 and against 3
+    "softplus_beta2": (lambda x: F.softplus(x, 2.0), lambda x: torch.nn.functional.softplus(x, 2.0)),
+    "logaddexp_0": (lambda x: F.logaddexp(x, torch.zeros_like(x)), lambda x: torch.logaddexp(x, torch.zeros_like(x))),
+    "logaddexp_3": (lambda x: F.logaddexp(torch.full_like(x, 3.0), x),
+                    lambda x: torch.logaddexp(torch.full_like(x, 3.0), x)),
+    "logaddexp2_0": (lambda x: F.logaddexp2(x, torch.zeros_like(x)),
+                     lambda x: torch.logaddexp2(x, torch.zeros_like(x))),
 }
 
 

@@ -105,3 +105,12 @@ TEST(ShortMath, SigmoidEveryBf16InputAsTorchF32) {
             64.0)
       << at;
 }
+
+TEST(ShortMath, SoftplusEveryBf16Input) {
+  // log(1 + e^z) in double; below z = -80 the exp_tiny tail (subnormal results as expf's).
+  double at = 0;
+  EXPECT_LE(worst_ulps(sm::softplus_short,
+                       [](double z) { return z > 0 ? z + std::log1p(std::exp(-z)) : std::log1p(std::exp(z)); }, &at),
+            64.0)
+      << at;
+}

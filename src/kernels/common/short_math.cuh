@@ -278,6 +278,11 @@ inline constexpr float kLog2e = 1.44269504088896340736f;
 /// flush to 0). __expf is the same without -ftz plus a subnormal fix-up (FSETP and two predicated
 /// FMULs around the MUFU), 7 instructions instead of 3.
 BARACUDA_HD inline float exp_fast(float x) { return ex2_fast(x * kLog2e); }
+/// e^x for the far negative tails (x < -80) where the result may be subnormal, which ex2.approx.ftz
+/// would flush: 2^(x log2 e + 64) 2^-64 (the last product, not .ftz, rounds into the subnormals as
+/// expf does). ~2 ulp + |x| 2^-24 relative; -inf -> 0. No call (expf out of line cost the 16-bit
+/// softplus and logaddexp kernels registers around the call).
+BARACUDA_HD inline float exp_tiny(float x) { return ex2_fast(fmaf(x, kLog2e, 64.0f)) * 0x1p-64f; }
 
 BARACUDA_HD inline unsigned float_bits(float x) {
 #ifdef __CUDA_ARCH__
@@ -297,7 +302,7 @@ BARACUDA_HD inline unsigned float_bits(float x) {
 /// and 1 / (1 + inf) is 0, it is 0 as torch's. +inf -> 1, -inf -> 0, NaN -> NaN.
 BARACUDA_HD inline float sigmoid_short(float x) {
   const float main = rcp_fast(1.0f + ex2_fast(x * -kLog2e));
-  const float tail = x < -88.72f ? 0.0f : ex2_fast(fmaf(x, kLog2e, 64.0f)) * 0x1p-64f;
+  const float tail = x < -88.72f ? 0.0f : exp_tiny(x);
   return x < -80.0f ? tail : main;
 }
 
@@ -314,15 +319,13 @@ BARACUDA_HD inline float expm1_short(float z) {
   return ex2_fast(z * kLog2e) - 1.0f;
 }
 
-/// torch's value where e^z is (nearly) subnormal, which the MUFU ex2 flushes: log1p(e^z) = e^z.
-BARACUDA_HD_COLD inline float softplus_tail(float z) { return expf(z); }
-
 /// log(1 + e^z) = max(z, 0) + log1p(t), t = e^-|z| in (0, 1], as 2 atanh(s), s = t / (2 + t) <= 1/3
 /// (odd series through s^13: truncation < 2e-8 relative): one ex2, one reciprocal, seven FMAs
 /// instead of expf and log1pf. The rounding of |z| log2 e costs up to |z| 2^-24 relative, < 3e-6
-/// before the tail (z < -80, where e^z nears the subnormals the MUFU ex2 flushes).
+/// before the tail (z < -80, where log1p(e^z) = e^z, taken by exp_tiny: it nears the subnormals
+/// the MUFU ex2 flushes).
 BARACUDA_HD inline float softplus_short(float z) {
-  if (z < -80.0f) return softplus_tail(z);
+  if (z < -80.0f) return exp_tiny(z);
   const float t = ex2_fast(fabsf(z) * -kLog2e);  // NaN passes through
   const float s = t * rcp_fast(2.0f + t);
   const float s2 = s * s;

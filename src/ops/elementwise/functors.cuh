@@ -374,7 +374,10 @@ struct op_softplus {
   FW1 {
     const M b = prm<M>(p, 0);
     if (x * b > prm<M>(p, 1)) return x;
-    if constexpr (kShortMath<M, T>) { const M r = short_math::softplus_short(x * b); return b == M(1) ? r : r / b; }
+    if constexpr (kShortMath<M, T>) {  // the MUFU reciprocal, not an IEEE division: no slow-path call
+      const M r = short_math::softplus_short(x * b);
+      return b == M(1) ? r : r * short_math::rcp_short(b);
+    }
     return log1p(exp(x * b)) / b;
   }
   BW1(x) {
@@ -616,7 +619,8 @@ struct op_logaddexp {
   FW2 {
     const M m = a > b ? a : b;
     if (isinf(m) && a == b) return a;
-    return m + log1p(exp(-fabs(a - b)));
+    if constexpr (kShortMath<M, T>) return m + short_math::softplus_short(-fabs(a - b));  // log1p(e^-|d|)
+    else return m + log1p(exp(-fabs(a - b)));
   }
   BW2 { g[0] = dy / (M(1) + exp(b - a)); g[1] = dy / (M(1) + exp(a - b)); }
 };
@@ -624,7 +628,9 @@ struct op_logaddexp2 {
   FW2 {
     const M m = a > b ? a : b;
     if (isinf(m) && a == b) return a;
-    return m + log1p(exp2(-fabs(a - b))) * M(1.44269504088896340736);
+    if constexpr (kShortMath<M, T>)  // log2(1 + 2^-|d|) = ln(1 + e^(-|d| ln 2)) log2 e
+      return m + short_math::softplus_short(-fabs(a - b) * 0.693147180559945309f) * 1.44269504088896340736f;
+    else return m + log1p(exp2(-fabs(a - b))) * M(1.44269504088896340736);
   }
   BW2 { g[0] = dy / (M(1) + exp2(b - a)); g[1] = dy / (M(1) + exp2(a - b)); }
 };

@@ -359,7 +359,7 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
                  o == E::sinc || o == E::softplus || o == E::mish || o == E::elu || o == E::selu || o == E::celu ||
                  o == E::asinh || o == E::acosh || o == E::logit || o == E::atan2 || o == E::expm1 || o == E::log ||
                  o == E::log2 || o == E::log10 || o == E::log1p || o == E::atanh || o == E::sinh ||
-                 o == E::logsigmoid || o == E::sin || o == E::cos || o == E::tan || o == E::glu || o == E::swiglu))
+                 o == E::logsigmoid || o == E::sin || o == E::cos || o == E::tan || o == E::glu || o == E::swiglu || o == E::logaddexp || o == E::logaddexp2))
       p.sku_.precision.note = "short form for 16-bit storage (MUFU exp2/log2/rcp, ~1e-6 rel. in f32 before rounding)";
     else if (desc.dtype == DType::f32 && (o == E::lgamma || o == E::digamma || o == E::polygamma))
       p.sku_.precision.note = "own f32 lgamma/digamma/trigamma series (a few f32 ulp; polygamma n >= 2: zeta)";
