@@ -101,6 +101,12 @@ BARACUDA_HD inline float sqrt_fast(float x) {
 #endif
 }
 BARACUDA_HD inline float ln_fast(float x) { return lg2_fast(x) * 0.693147180559945309f; }
+/// log2(x) that keeps subnormal x: lg2.approx.ftz reads them as 0 (-> -inf), so they are scaled
+/// by 2^24 first (exact) and 24 taken off. Negatives stay negative (NaN), 0 -> -inf.
+BARACUDA_HD inline float lg2_subnormal_safe(float x) {
+  const bool sub = x < 0x1p-126f;
+  return lg2_fast(sub ? x * 0x1p24f : x) - (sub ? 24.0f : 0.0f);
+}
 
 /// c[0] t^(N-1) + c[1] t^(N-2) + ... + c[N-1] by Horner's rule, one FMA a coefficient (highest
 /// degree first): the evaluation order every polynomial below uses.
@@ -228,9 +234,7 @@ BARACUDA_HD inline float lgamma_f32(float x) {
     const float r = a * b * p + 0.0f;  // +0, not -0, at x = 1 (torch)
     if (!small) return r;
     if constexpr (!kShort) return r - logf(x);
-    // The MUFU log flushes subnormal x to 0 (log -> -inf): scale them by 2^24 first.
-    const bool sub = x < 1.17549435e-38f;
-    return r - (ln_fast(sub ? x * 0x1p24f : x) - (sub ? 24.0f * 0.693147180559945309f : 0.0f));
+    return r - lg2_subnormal_safe(x) * 0.693147180559945309f;
   }
   // The MUFU reciprocal in f32 too: corr <= 1/33 against a result >= 0.449 here, so its ~1 ulp
   // moves the result by < 0.07 ulp, and the IEEE division cost ~6 instructions an element on a
@@ -369,15 +373,13 @@ BARACUDA_HD inline float mish_grad_short(float x) {
 
 /// |pi x| >= 105615 (|x| >= 33618), inf, NaN: sinf (its Payne-Hanek reduction) out of the hot loop.
 BARACUDA_HD_COLD inline float sinc_tail(float px) { return sinf(px) / px; }
-BARACUDA_HD_COLD inline float sin_tail(float x) { return sinf(x); }
-BARACUDA_HD_COLD inline float cos_tail(float x) { return cosf(x); }
-BARACUDA_HD_COLD inline float tan_tail(float x) { return tanf(x); }
 
 /// sinf's fast path written out, for |x| < 105615 (larger, inf, NaN: the caller's tail, sinf's
 /// Payne-Hanek reduction out of the hot loop): a 3-part Cody-Waite reduction by pi/2 (exact in that
 /// range) to x = j pi/2 + r, |r| <= pi/4, with j taken by a round-to-integer addition instead of F2I,
-/// and sinf's polynomials for sin(r)/r and cos(r). libdevice's sinf/cosf/tanf do the same behind a
-/// range test, an F2I and a call to the slow path: bf16 sin/cos at 81-82% of the H200 copy figure.
+/// and sinf's polynomials for sin(r)/r and cos(r). (sin, cos and tan themselves stay on libdevice:
+/// on the H200 this form left bf16 sin/cos at the same 80-82% of the copy figure and made tan
+/// slower, 86% -> 79%; the polynomials, not the slow-path call, are what those rows issue.)
 struct QuarterTurns {
   float r, sin_r_over_r, cos_r, j;
   unsigned quadrant;  // low bits of j
@@ -404,30 +406,6 @@ BARACUDA_HD inline QuarterTurns quarter_turns(float x) {
 }
 inline constexpr float kQuarterTurnsMax = 105615.0f;
 
-/// sin(x) (16-bit storage; the same f32 arithmetic as sinf's fast path, so the same value but for
-/// its final FMA ordering). -0 -> -0, subnormals pass through.
-BARACUDA_HD inline float sin_short(float x) {
-  if (!(fabsf(x) < kQuarterTurnsMax)) return sin_tail(x);
-  const QuarterTurns t = quarter_turns(x);
-  const float v = (t.quadrant & 1u) ? t.cos_r : t.sin_r_over_r * t.r;
-  return (t.quadrant & 2u) ? -v : v;
-}
-/// cos(x) = sin(x + pi/2): quadrant j + 1.
-BARACUDA_HD inline float cos_short(float x) {
-  if (!(fabsf(x) < kQuarterTurnsMax)) return cos_tail(x);
-  const QuarterTurns t = quarter_turns(x);
-  const float v = (t.quadrant & 1u) ? t.sin_r_over_r * t.r : t.cos_r;
-  return ((t.quadrant + 1u) & 2u) ? -v : v;
-}
-/// tan(x): sin(r)/cos(r) for even j, -cos(r)/sin(r) for odd j, with the MUFU reciprocal (cos(r) >=
-/// 0.707; sin(r) = 0 only at r = 0, where j odd means x = (2k+1) pi/2 exactly: not a float).
-BARACUDA_HD inline float tan_short(float x) {
-  if (!(fabsf(x) < kQuarterTurnsMax)) return tan_tail(x);
-  const QuarterTurns t = quarter_turns(x);
-  const float s = t.sin_r_over_r * t.r;
-  return (t.quadrant & 1u) ? -t.cos_r * rcp_fast(s) : s * rcp_fast(t.cos_r);
-}
-
 /// sin(px) / px with px = fl(pi x), torch's f32 product, on quarter_turns with a MUFU reciprocal
 /// instead of the IEEE division. In the first quadrant (|px| < pi/4, including 0 and subnormals)
 /// sin(r)/r is the result directly, with no reciprocal of a small px.
@@ -445,11 +423,13 @@ BARACUDA_HD_COLD inline float fmod_tail(float a, float b) { return fmodf(a, b); 
 /// fmod(a, b) = a - trunc(a/b) b, exact, for 16-bit operands (<= 11 significant bits): n =
 /// trunc(a * rcp(b)) is the true truncated quotient or one off (|a/b| < 2^20 and the MUFU
 /// reciprocal's 1 ulp: the product is within 2 ulp of a/b, < 0.5 absolute; the host check with 2
-/// ulp injected into the reciprocal found two-off quotients from 2^21.8 on), the residual a - n b is one exact FMA
-/// (its exact value has at most 13 significant bits), and one step of |b| towards a's side fixes
-/// the off-by-one. A zero result takes a's sign (IEEE fmod). b zero, subnormal or past 2^126, a or
-/// b non-finite, |a/b| >= 2^20: fmodf (libdevice's loop over the exponent difference, which with
-/// its IEEE division kept bf16 fmod at 0.87x torch on the H200).
+/// ulp injected into the reciprocal found two-off quotients from 2^21.8 on), the residual a - n b is
+/// one exact FMA (its exact value has at most 13 significant bits), and one step of |b| towards a's
+/// side fixes the off-by-one. A zero result takes a's sign (IEEE fmod). b zero, subnormal or past
+/// 2^126, a or b non-finite, |a/b| >= 2^20: fmodf (libdevice's loop over the exponent difference,
+/// which with its IEEE division kept bf16 fmod at 0.87x torch on the H200). Not a floor variant for
+/// remainder: torch's remainder is fl(fmod + b), which rounds when fmod is tiny beside b, and a
+/// one-FMA a - floor(a/b) b cannot tell that rounding from an off-by-one quotient.
 BARACUDA_HD inline float fmod_short(float a, float b) {
   const float ab = fabsf(b);
   const float q = a * rcp_fast(b);
@@ -545,8 +525,7 @@ BARACUDA_HD inline float two_atanh(float y) {
 /// (bf16 rows at 80-83% of the H200 copy figure, issue-bound).
 BARACUDA_HD inline float log2k_short(float x, float k) {
   const float near = two_atanh((x - 1.0f) * rcp_fast(x + 1.0f)) * (k * kLog2e);
-  const bool sub = x < 0x1p-126f;  // negatives too: still negative after scaling
-  const float far = (lg2_fast(sub ? x * 0x1p24f : x) - (sub ? 24.0f : 0.0f)) * k;
+  const float far = lg2_subnormal_safe(x) * k;
   return x > 0.5f && x < 2.0f ? near : far;
 }
 /// log1p(x) for 16-bit storage: 2 atanh(x / (2 + x)) for |x| < 1/2, else ln(1 + x) (1 + x exact
@@ -583,9 +562,7 @@ BARACUDA_HD inline float sinh_short(float x) {
 BARACUDA_HD inline float logit_short(float z) {
   const float y = fmaf(2.0f, z, -1.0f);
   const float near_half = two_atanh(y);
-  const bool sub = z < 0x1p-126f;  // negatives too: still negative after scaling
-  const float lz = lg2_fast(sub ? z * 0x1p24f : z) - (sub ? 24.0f : 0.0f);
-  const float far = (lz - lg2_fast(1.0f - z)) * kLn2;
+  const float far = (lg2_subnormal_safe(z) - lg2_fast(1.0f - z)) * kLn2;
   return fabsf(y) < 0.333333343f ? near_half : far;
 }
 

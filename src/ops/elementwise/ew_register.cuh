@@ -34,6 +34,7 @@ struct EwFwd {
   using ins = typename InsOf<T, BoolIn, NIN>::type;
   using out_t = OutT;
   static constexpr int nout = 1;
+  static constexpr bool short16 = kern::ew_ops::kHasShort16<Op> && kern::ew_ops::kShortMath<M, T>;
   EwParams p;
   __device__ __forceinline__ void operator()(int64_t idx, const ins& in, out_t (&out)[1]) const {
     if constexpr (NIN == 0) {
@@ -58,6 +59,7 @@ struct EwBwd {
       std::declval<std::conditional_t<kOut, cuda::std::tuple<T>, cuda::std::tuple<>>>()));
   using out_t = T;
   static constexpr int nout = __builtin_popcount(GradMask);
+  static constexpr bool short16 = kern::ew_ops::kHasShort16Bw<Op> && kern::ew_ops::kShortMath<M, T>;
   EwParams p;
   __device__ __forceinline__ void operator()(int64_t, const ins& in, out_t (&out)[nout]) const {
     M g[3];
@@ -74,7 +76,7 @@ cudaError_t ew_launch_fn(const EwIter& it, const EwParams& p, bool allow_vec, cu
 
 template <class F>
 EwEntry ew_entry(ElementwiseOp op, Direction dir, DType in, DType out) {
-  return EwEntry{op, dir, in, out, &ew_launch_fn<F>, kern::vec_width<F>()};
+  return EwEntry{op, dir, in, out, &ew_launch_fn<F>, kern::vec_width<F>(), F::short16};
 }
 
 template <DTypeSet S, class F>

@@ -20,6 +20,7 @@ struct EwEntry {
   DType out;  // dtype of the outputs
   EwLaunchFn launch;
   int vec;    // elements per 16-byte access of the vectorized variant
+  bool short16;  // 16-bit storage on a short form (functors.cuh SHORT16): the SKU's precision note says so
 };
 
 /// All entries, sorted for lookup.

@@ -48,6 +48,14 @@ template <class T, class M> __device__ __forceinline__ M storage_max() {
 template <class M, class T>
 inline constexpr bool kShortMath = cuda::std::is_same_v<M, float> && sizeof(T) == 2;
 template <class M> inline constexpr bool kF32 = cuda::std::is_same_v<M, float>;
+/// An op whose 16-bit forward takes a short form that changes values (not fmod's exact one) says so
+/// with SHORT16, and SHORT16_BW when its backward does too: the registry records it per (op,
+/// direction, dtype) entry and the SKU's precision note follows from it (plan.cpp), so the claim
+/// lives next to the code that makes it.
+#define SHORT16 static constexpr bool kShort16 = true;
+#define SHORT16_BW static constexpr bool kShort16Bw = true;
+template <class Op> inline constexpr bool kHasShort16 = requires { requires Op::kShort16; };
+template <class Op> inline constexpr bool kHasShort16Bw = requires { requires Op::kShort16Bw; };
 
 #define FW1 template <class M, class T> __device__ __forceinline__ static auto fw([[maybe_unused]] const EwParams& p, M x)
 #define FW2 template <class M, class T> __device__ __forceinline__ static auto fw([[maybe_unused]] const EwParams& p, M a, M b)
@@ -86,18 +94,18 @@ struct op_rsqrt { FW1 { return rsqrt(x); } BW1(y) { g[0] = M(-0.5) * dy * y * y 
 struct op_cbrt { FW1 { return cbrt(x); } BW1(y) { g[0] = dy / (M(3) * y * y); } };
 struct op_exp { FW1 { return exp(x); } BW1(y) { g[0] = dy * y; } };
 struct op_exp2 { FW1 { return exp2(x); } BW1(y) { g[0] = dy * y * M(0.693147180559945309417); } };
-struct op_expm1 { FW1 { if constexpr (kShortMath<M, T>) return short_math::expm1_short(x); else return expm1(x); } BW1(y) { g[0] = dy * (y + M(1)); } };
-struct op_log { FW1 { if constexpr (kShortMath<M, T>) return short_math::log2k_short(x, short_math::kLn2); else return log(x); } BW1(x) { g[0] = dy / x; } };
-struct op_log2 { FW1 { if constexpr (kShortMath<M, T>) return short_math::log2k_short(x, 1.0f); else return log2(x); } BW1(x) { g[0] = dy / (x * M(0.693147180559945309417)); } };
-struct op_log10 { FW1 { if constexpr (kShortMath<M, T>) return short_math::log2k_short(x, 0.301029995663981195f); else return log10(x); } BW1(x) { g[0] = dy / (x * M(2.30258509299404568402)); } };
-struct op_log1p { FW1 { if constexpr (kShortMath<M, T>) return short_math::log1p_short(x); else return log1p(x); } BW1(x) { g[0] = dy / (x + M(1)); } };
-struct op_sin { FW1 { if constexpr (kShortMath<M, T>) return short_math::sin_short(x); else return sin(x); } BW1(x) { g[0] = dy * cos(x); } };
-struct op_cos { FW1 { if constexpr (kShortMath<M, T>) return short_math::cos_short(x); else return cos(x); } BW1(x) { g[0] = -dy * sin(x); } };
-struct op_tan { FW1 { if constexpr (kShortMath<M, T>) return short_math::tan_short(x); else return tan(x); } BW1(y) { g[0] = dy * (M(1) + y * y); } };
+struct op_expm1 { SHORT16 FW1 { if constexpr (kShortMath<M, T>) return short_math::expm1_short(x); else return expm1(x); } BW1(y) { g[0] = dy * (y + M(1)); } };
+struct op_log { SHORT16 FW1 { if constexpr (kShortMath<M, T>) return short_math::log2k_short(x, short_math::kLn2); else return log(x); } BW1(x) { g[0] = dy / x; } };
+struct op_log2 { SHORT16 FW1 { if constexpr (kShortMath<M, T>) return short_math::log2k_short(x, 1.0f); else return log2(x); } BW1(x) { g[0] = dy / (x * M(0.693147180559945309417)); } };
+struct op_log10 { SHORT16 FW1 { if constexpr (kShortMath<M, T>) return short_math::log2k_short(x, 0.301029995663981195f); else return log10(x); } BW1(x) { g[0] = dy / (x * M(2.30258509299404568402)); } };
+struct op_log1p { SHORT16 FW1 { if constexpr (kShortMath<M, T>) return short_math::log1p_short(x); else return log1p(x); } BW1(x) { g[0] = dy / (x + M(1)); } };
+struct op_sin { FW1 { return sin(x); } BW1(x) { g[0] = dy * cos(x); } };
+struct op_cos { FW1 { return cos(x); } BW1(x) { g[0] = -dy * sin(x); } };
+struct op_tan { FW1 { return tan(x); } BW1(y) { g[0] = dy * (M(1) + y * y); } };
 struct op_asin { FW1 { return asin(x); } BW1(x) { g[0] = dy / sqrt(M(1) - x * x); } };
 struct op_acos { FW1 { return acos(x); } BW1(x) { g[0] = -dy / sqrt(M(1) - x * x); } };
 struct op_atan { FW1 { return atan(x); } BW1(x) { g[0] = dy / (M(1) + x * x); } };
-struct op_sinh { FW1 { if constexpr (kShortMath<M, T>) return short_math::sinh_short(x); else return sinh(x); } BW1(x) { g[0] = dy * cosh(x); } };
+struct op_sinh { SHORT16 FW1 { if constexpr (kShortMath<M, T>) return short_math::sinh_short(x); else return sinh(x); } BW1(x) { g[0] = dy * cosh(x); } };
 struct op_cosh { FW1 { return cosh(x); } BW1(x) { g[0] = dy * sinh(x); } };
 struct op_tanh {
   FW1 { return tanh(x); }
@@ -105,9 +113,9 @@ struct op_tanh {
   // |y| = 1 that rounding changes 1 - y^2 by percents, so we reproduce it (measured: bit-equal).
   BW1(y) { g[0] = dy * rnd<T>(M(1) - rnd<T>(y * y)); }
 };
-struct op_asinh { FW1 { if constexpr (kShortMath<M, T>) return short_math::asinh_short(x); else return asinh(x); } BW1(x) { g[0] = dy * rsqrt(x * x + M(1)); } };
-struct op_acosh { FW1 { if constexpr (kShortMath<M, T>) return short_math::acosh_short(x); else return acosh(x); } BW1(x) { g[0] = dy * rsqrt(x - M(1)) * rsqrt(x + M(1)); } };
-struct op_atanh { FW1 { if constexpr (kShortMath<M, T>) return short_math::atanh_short(x); else return atanh(x); } BW1(x) { g[0] = dy / (M(1) - x * x); } };
+struct op_asinh { SHORT16 FW1 { if constexpr (kShortMath<M, T>) return short_math::asinh_short(x); else return asinh(x); } BW1(x) { g[0] = dy * rsqrt(x * x + M(1)); } };
+struct op_acosh { SHORT16 FW1 { if constexpr (kShortMath<M, T>) return short_math::acosh_short(x); else return acosh(x); } BW1(x) { g[0] = dy * rsqrt(x - M(1)) * rsqrt(x + M(1)); } };
+struct op_atanh { SHORT16 FW1 { if constexpr (kShortMath<M, T>) return short_math::atanh_short(x); else return atanh(x); } BW1(x) { g[0] = dy / (M(1) - x * x); } };
 struct op_floor { FW1 { if constexpr (is_float_v<M>) return floor(x); else return x; } ZERO_BW1 };
 struct op_ceil { FW1 { if constexpr (is_float_v<M>) return ceil(x); else return x; } ZERO_BW1 };
 struct op_trunc { FW1 { if constexpr (is_float_v<M>) return trunc(x); else return x; } ZERO_BW1 };
@@ -127,7 +135,7 @@ struct op_round {
 };
 struct op_frac { FW1 { return x - trunc(x); } BW0 { g[0] = dy; } };
 struct op_erf { FW1 { return erf(x); } BW1(x) { g[0] = dy * M(1.12837916709551257390) * exp(-x * x); } };
-struct op_erfc {
+struct op_erfc { SHORT16
   FW1 { if constexpr (kShortMath<M, T>) return short_math::erfc_short(x); else return erfc(x); } BW1(x) { g[0] = -dy * M(1.12837916709551257390) * exp(-x * x); } };
 struct op_erfinv { FW1 { return erfinv(x); } BW1(y) { g[0] = dy * M(0.886226925452758013649) * exp(y * y); } };
 // f32 (and 16-bit storage, computed in f32): short_math's branch-light forms; f64: Cephes.
@@ -141,12 +149,12 @@ template <class M, class T> __device__ __forceinline__ M polygamma_(int n, M x) 
   }
   return polygamma(n, x);
 }
-struct op_lgamma {
+struct op_lgamma { SHORT16 SHORT16_BW
   FW1 { if constexpr (kF32<M>) return short_math::lgamma_f32<kShortMath<M, T>>(x); else return lgamma(x); }
   BW1(x) { g[0] = dy * digamma_<M, T>(x); }
 };
-struct op_digamma { FW1 { return digamma_<M, T>(x); } BW1(x) { g[0] = dy * polygamma_<M, T>(1, x); } };
-struct op_polygamma {
+struct op_digamma { SHORT16 SHORT16_BW FW1 { return digamma_<M, T>(x); } BW1(x) { g[0] = dy * polygamma_<M, T>(1, x); } };
+struct op_polygamma { SHORT16 SHORT16_BW
   FW1 { return polygamma_<M, T>(static_cast<int>(p.d[0]), x); }
   BW1(x) { g[0] = dy * polygamma_<M, T>(static_cast<int>(p.d[0]) + 1, x); }
 };
@@ -158,7 +166,7 @@ struct op_i0 {
   }
   BW1(x) { if constexpr (cuda::std::is_same_v<M, float>) g[0] = dy * cyl_bessel_i1f(x); else g[0] = dy * cyl_bessel_i1(x); }
 };
-struct op_sinc {
+struct op_sinc { SHORT16
   FW1 {
     if constexpr (kShortMath<M, T>) return short_math::sinc_short(x);
     if (x == M(0)) return M(1);
@@ -171,7 +179,7 @@ struct op_sinc {
     g[0] = dy * (cos(px) - sin(px) / px) / x;
   }
 };
-struct op_logit {
+struct op_logit { SHORT16 SHORT16_BW
   FW1 {
     const M eps = prm<M>(p, 0);
     M z = x;
@@ -268,17 +276,17 @@ template <class M, class T> __device__ __forceinline__ M elu_fw(M x, M alpha, M 
 template <class M> __device__ __forceinline__ M elu_bw(M dy, M x, M alpha, M scale, M iscale) {
   return x <= M(0) ? dy * iscale * alpha * scale * exp(x * iscale) : dy * scale;
 }
-struct op_elu {
+struct op_elu { SHORT16
   FW1 { return elu_fw<M, T>(x, prm<M>(p, 0), prm<M>(p, 1), prm<M>(p, 2)); }
   BW1(x) { g[0] = elu_bw(dy, x, prm<M>(p, 0), prm<M>(p, 1), prm<M>(p, 2)); }
 };
 constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
 constexpr double kSeluScale = 1.0507009873554804934193349852946;
-struct op_selu {
+struct op_selu { SHORT16
   FW1 { return elu_fw<M, T>(x, M(kSeluAlpha), M(kSeluScale), M(1)); }
   BW1(x) { g[0] = elu_bw(dy, x, M(kSeluAlpha), M(kSeluScale), M(1)); }
 };
-struct op_celu {
+struct op_celu { SHORT16
   FW1 { const M a = prm<M>(p, 0); return elu_fw<M, T>(x, a, M(1), M(1) / a); }
   BW1(x) { const M a = prm<M>(p, 0); g[0] = elu_bw(dy, x, a, M(1), M(1) / a); }
 };
@@ -342,7 +350,7 @@ struct op_silu {
   FW1 { return x / (M(1) + exp(-x)); }
   BW1(x) { const M s = sigmoid_(x); g[0] = dy * s * (M(1) + x * (M(1) - s)); }
 };
-struct op_mish {
+struct op_mish { SHORT16 SHORT16_BW
   FW1 { if constexpr (kShortMath<M, T>) return short_math::mish_short(x); else return x * tanh(log1p(exp(x))); }
   BW1(x) {
     if constexpr (kShortMath<M, T>) { g[0] = dy * short_math::mish_grad_short(x); return; }
@@ -370,7 +378,7 @@ struct op_softshrink {
   BW1(x) { const M l = prm<M>(p, 0); g[0] = (x >= -l && x <= l) ? M(0) : dy; }
 };
 struct op_tanhshrink { FW1 { return x - tanh(x); } BW1(x) { const M t = tanh(x); g[0] = dy * t * t; } };
-struct op_softplus {
+struct op_softplus { SHORT16
   FW1 {
     const M b = prm<M>(p, 0);
     if (x * b > prm<M>(p, 1)) return x;
@@ -390,7 +398,7 @@ struct op_softsign {
   FW1 { return x / (M(1) + fabs(x)); }
   BW1(x) { const M d = M(1) + fabs(x); g[0] = dy / (d * d); }
 };
-struct op_logsigmoid {
+struct op_logsigmoid { SHORT16
   FW1 {
     if constexpr (kShortMath<M, T>) return 0.0f - short_math::softplus_short(-x);  // -softplus(-x); 0 - 0 = +0 as torch
     else return (x < M(0) ? x : M(0)) - log1p(exp(-fabs(x)));
@@ -410,7 +418,7 @@ struct op_prelu {
   FW2 { return a > M(0) ? a : b * a; }
   BW2 { g[0] = a > M(0) ? dy : b * dy; g[1] = a > M(0) ? M(0) : a * dy; }
 };
-struct op_glu {
+struct op_glu { SHORT16
   FW2 { if constexpr (kShortMath<M, T>) return a * short_math::sigmoid_short(b); else return a * sigmoid_(b); }
   BW2 { const M s = sigmoid_(b); g[0] = dy * s; g[1] = dy * a * s * (M(1) - s); }
 };
@@ -422,7 +430,7 @@ struct op_geglu {
   FW2 { return gelu_fw<M, T>(a, p.d[0] != 0) * b; }
   BW2 { g[0] = dy * b * gelu_grad<M, T>(a, p.d[0] != 0); g[1] = dy * gelu_fw<M, T>(a, p.d[0] != 0); }
 };
-struct op_swiglu {
+struct op_swiglu { SHORT16
   FW2 {
     if constexpr (kShortMath<M, T>) return a * short_math::sigmoid_short(a) * b;
     else return a / (M(1) + exp(-a)) * b;
@@ -522,7 +530,7 @@ template <class M> __device__ __forceinline__ M ipow(M base, M e) {
   }
   return r;
 }
-struct op_pow {
+struct op_pow { SHORT16
   FW2 {
     if constexpr (is_int_v<M>) {
       return ipow(a, b);
@@ -540,7 +548,7 @@ struct op_pow {
     g[1] = (a == M(0) && b >= M(0)) ? M(0) : dy * y * log(a);
   }
 };
-struct op_atan2 {
+struct op_atan2 { SHORT16 SHORT16_BW
   FW2 { if constexpr (kShortMath<M, T>) return short_math::atan2_short(a, b); else return atan2(a, b); }
   BW2 {
     const M r = a * a + b * b;
@@ -615,7 +623,7 @@ struct op_xlogy {
   FW2 { if (isnan(b)) return nan_<M>(); if (a == M(0)) return M(0); return a * log(b); }
   BW2 { g[0] = (a == M(0) && !isnan(b)) ? M(0) : (isnan(b) ? nan_<M>() : dy * log(b)); g[1] = dy * a / b; }
 };
-struct op_logaddexp {
+struct op_logaddexp { SHORT16
   FW2 {
     const M m = a > b ? a : b;
     if (isinf(m) && a == b) return a;
@@ -624,7 +632,7 @@ struct op_logaddexp {
   }
   BW2 { g[0] = dy / (M(1) + exp(b - a)); g[1] = dy / (M(1) + exp(a - b)); }
 };
-struct op_logaddexp2 {
+struct op_logaddexp2 { SHORT16
   FW2 {
     const M m = a > b ? a : b;
     if (isinf(m) && a == b) return a;

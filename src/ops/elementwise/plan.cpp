@@ -348,22 +348,14 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
       p.sku_.precision.note = short_form ? "erf gelu, Phi by Abramowitz-Stegun 7.1.26 (|err| <= 1.5e-7 before rounding)"
                                          : "exact erf";
   }
-  {
-    // short_math.cuh: 16-bit storage evaluates these with MUFU-based short forms (relative error
-    // ~1e-7..1e-6 in f32 before rounding to 8/11 bits); lgamma/digamma/trigamma also replace
-    // libdevice / torch's recurrences in f32 (a few f32 ulp). Said here so the SKU is honest.
-    using E = ElementwiseOp;
-    const bool half = desc.dtype == DType::f16 || desc.dtype == DType::bf16;
-    const E o = desc.op;
-    if (half && (o == E::erfc || o == E::lgamma || o == E::digamma || o == E::polygamma || o == E::pow ||
-                 o == E::sinc || o == E::softplus || o == E::mish || o == E::elu || o == E::selu || o == E::celu ||
-                 o == E::asinh || o == E::acosh || o == E::logit || o == E::atan2 || o == E::expm1 || o == E::log ||
-                 o == E::log2 || o == E::log10 || o == E::log1p || o == E::atanh || o == E::sinh ||
-                 o == E::logsigmoid || o == E::sin || o == E::cos || o == E::tan || o == E::glu || o == E::swiglu || o == E::logaddexp || o == E::logaddexp2))
-      p.sku_.precision.note = "short form for 16-bit storage (MUFU exp2/log2/rcp, ~1e-6 rel. in f32 before rounding)";
-    else if (desc.dtype == DType::f32 && (o == E::lgamma || o == E::digamma || o == E::polygamma))
-      p.sku_.precision.note = "own f32 lgamma/digamma/trigamma series (a few f32 ulp; polygamma n >= 2: zeta)";
-  }
+  // short_math.cuh: 16-bit storage evaluates the ops marked SHORT16 in functors.cuh with MUFU-based
+  // short forms (relative error ~1e-7..1e-6 in f32 before rounding to 8/11 bits); lgamma/digamma/
+  // trigamma also replace libdevice / torch's recurrences in f32 (a few f32 ulp).
+  if (e != nullptr && e->short16)
+    p.sku_.precision.note = "short form for 16-bit storage (MUFU exp2/log2/rcp, ~1e-6 rel. in f32 before rounding)";
+  else if (desc.dtype == DType::f32 &&
+           (desc.op == ElementwiseOp::lgamma || desc.op == ElementwiseOp::digamma || desc.op == ElementwiseOp::polygamma))
+    p.sku_.precision.note = "own f32 lgamma/digamma/trigamma series (a few f32 ulp; polygamma n >= 2: zeta)";
   if (desc.op == ElementwiseOp::cast)
     p.sku_.precision.note = desc.params[0] != 0 ? "saturating to the finite range" : "torch overflow rules";
   if (lut16_op(desc) && p.allow_vectorized_ && desc.out_shape.numel() >= detail::kLut16MinNumel && target.device >= 0) {
