@@ -386,7 +386,8 @@ struct op_softplus { SHORT16
       const M r = short_math::softplus_short(x * b);
       return b == M(1) ? r : r * short_math::rcp_short(b);
     }
-    return log1p(exp(x * b)) / b;
+    const M l = log1p(exp(x * b));
+    return b == M(1) ? l : l / b;  // beta = 1 (the default): no IEEE division (f32 row at 0.94x torch)
   }
   BW1(x) {
     const M b = prm<M>(p, 0);
