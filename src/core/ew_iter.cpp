@@ -86,6 +86,9 @@ bool ew_can_vectorize(const EwIter& it, int vec) {
   if (it.numel == 0) return false;
   if (it.rank == 0) return true;
   if (it.rank > 1 && it.shape[0] % vec != 0) return false;
+  // The rank-general vectorized kernel computes coordinates in 32 bits (its registers decide its
+  // occupancy); larger strided/broadcast views take the 64-bit offset calculator.
+  if (it.rank > 1 && it.numel >= (int64_t{1} << 31)) return false;
   for (int k = 0; k < it.nops; ++k) {
     const int64_t inner = it.stride[k][0];
     if (inner == 0) {

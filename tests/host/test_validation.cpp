@@ -242,6 +242,27 @@ TEST_F(AddFixture, BroadcastInputsMayOverlapThemselves) {
   EXPECT_EQ(std::string(plan.layout_for(a)), "strided-i32");
 }
 
+// Past 2^31 elements a broadcast view leaves the vectorized kernel, whose rank >= 2 coordinates
+// are 32-bit (elementwise.cuh), for the 64-bit offset calculator; contiguous stays vectorized.
+TEST(ElementwiseLayout, BroadcastViewsPast2To31TakeTheI64Path) {
+  const int64_t rows = int64_t{1} << 16, cols = (int64_t{1} << 15) + 8;  // 2^31 + 2^19 elements
+  auto plan = ElementwisePlan::select(kTarget, ElementwiseDesc::make(ElementwiseOp::add, DType::bf16,
+                                                                     {Shape::of({rows, cols}), Shape::of({cols})}));
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  ElementwiseArgs a;
+  a.in[0] = ref(0, DType::bf16, {rows, cols});
+  a.in[1] = ref(1, DType::bf16, {cols});  // a row broadcast over the rows
+  a.out[0] = mut(2, DType::bf16, {rows, cols});
+  a.nin = 2;
+  a.nout = 1;
+  EXPECT_EQ(std::string(plan->layout_for(a)), "strided-i64");
+  a.in[1] = ref(1, DType::bf16, {rows, cols});
+  auto same = ElementwisePlan::select(kTarget, ElementwiseDesc::make(ElementwiseOp::add, DType::bf16,
+                                                                     {Shape::of({rows, cols}), Shape::of({rows, cols})}));
+  ASSERT_TRUE(same.ok()) << same.message();
+  EXPECT_EQ(std::string(same->layout_for(a)), "contiguous-vec16");
+}
+
 TEST_F(AddFixture, PartialOverlapOfOutputAndInput) {
   auto a = args();
   a.out[0].data = fake_ptr(0, 4);  // one element past input[0]: overlaps 11 of its 12

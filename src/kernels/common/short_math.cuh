@@ -220,6 +220,10 @@ BARACUDA_HD_COLD inline float lgamma_cold(float x) { return lgammaf(x); }
 template <bool kShort>
 BARACUDA_HD inline float lgamma_f32(float x) {
   if (!(x > 0.0f) || x == kInf) return lgamma_cold(x);
+  // log x, taken once: both the x < 0.75 and the Stirling branch need it, and a warp over mixed
+  // inputs runs every branch (f32 uniform (0.1, 10): 78% of the H100 copy figure with two logs).
+  // For x >= 2.75 the subnormal-safe lg2 is the plain one.
+  const float lx = kShort ? lg2_subnormal_safe(x) * 0.693147180559945309f : logf(x);
   if (x < 2.75f) {
     const bool small = x < 0.75f;
     const float u = small ? x + 1.0f : x;
@@ -232,9 +236,7 @@ BARACUDA_HD inline float lgamma_f32(float x) {
                    8.779857873640474e-03f, -1.905974872250777e-02f, 4.4520302724812395e-02f, -1.1948137674817173e-01f,
                    4.501393125507464e-01f});
     const float r = a * b * p + 0.0f;  // +0, not -0, at x = 1 (torch)
-    if (!small) return r;
-    if constexpr (!kShort) return r - logf(x);
-    return r - lg2_subnormal_safe(x) * 0.693147180559945309f;
+    return small ? r - lx : r;
   }
   // The MUFU reciprocal in f32 too: corr <= 1/33 against a result >= 0.449 here, so its ~1 ulp
   // moves the result by < 0.07 ulp, and the IEEE division cost ~6 instructions an element on a
@@ -245,7 +247,7 @@ BARACUDA_HD inline float lgamma_f32(float x) {
   const float corr =
       ir * fmaf(ir2, fmaf(ir2, fmaf(ir2, fmaf(ir2, 1.0f / 1188.0f, -1.0f / 1680.0f), 1.0f / 1260.0f), -1.0f / 360.0f),
                 1.0f / 12.0f);
-  return fmaf(x - 0.5f, kShort ? ln_fast(x) : logf(x), (0.918938533204672742f - x) + corr);
+  return fmaf(x - 0.5f, lx, (0.918938533204672742f - x) + corr);
 }
 
 // ---- erfc (16-bit storage) ------------------------------------------------------------------------
