@@ -250,31 +250,5 @@ TEST(Lut16, OfflineSelectKeepsTheDirectKernel) {
   }
 }
 
-// ---- precision notes of the 16-bit short forms (functors.cuh SHORT16 / SHORT16_BW) ---------------
-// The SKU says "short form" exactly where the kernel takes one: 16-bit storage of a marked op, in
-// the marked direction; never f32, never an exact form (fmod), never an op on libdevice (sin).
-TEST(ShortFormNote, FollowsTheFunctorsMarks) {
-  struct Case {
-    ElementwiseOp op;
-    DType t;
-    Direction dir;
-    bool short_form;
-  };
-  using E = ElementwiseOp;
-  const Direction F = Direction::Forward, B = Direction::Backward;
-  for (const Case& c : {Case{E::log, DType::bf16, F, true}, Case{E::log, DType::f16, F, true},
-                        Case{E::log, DType::f32, F, false}, Case{E::log, DType::bf16, B, false},
-                        Case{E::logit, DType::bf16, B, true}, Case{E::atan2, DType::f16, B, true},
-                        Case{E::sinh, DType::bf16, B, false}, Case{E::swiglu, DType::bf16, F, true},
-                        Case{E::sin, DType::bf16, F, false}, Case{E::tan, DType::f16, F, false},
-                        Case{E::fmod, DType::bf16, F, false}, Case{E::remainder, DType::bf16, F, false}}) {
-    SCOPED_TRACE(std::string(info(c.op).name) + " " + std::string(name(c.t)) + " " + to_string(c.dir));
-    auto plan = ElementwisePlan::select(Target::offline(), probe_desc(c.op, c.t, c.dir));
-    ASSERT_TRUE(plan.ok()) << plan.message();
-    EXPECT_EQ(plan->sku().precision.note.find("short form") != std::string::npos, c.short_form)
-        << plan->sku().precision.note;
-  }
-}
-
 }  // namespace
 }  // namespace baracuda
