@@ -36,7 +36,7 @@ from . import _C
 from ._autograd import check_flag, current_stream, dl, error_flag, require_torch, sync_errors, torch
 
 __all__ = ["contiguous", "permute_copy", "transpose_copy", "cat", "concat", "concatenate", "stack", "split", "chunk",
-           "pad", "flip", "roll", "rot90", "tile", "repeat_interleave", "triu", "tril", "slice_scatter", "slice_write_",
+           "pad", "flip", "roll", "rot90", "tile", "repeat", "expand", "expand_copy", "repeat_interleave", "triu", "tril", "slice_scatter", "slice_write_",
            "diagonal", "diag_embed", "diag", "gather", "take_along_dim", "take", "put", "index_select", "scatter",
            "scatter_add", "scatter_reduce", "index_copy", "index_fill", "index_add", "index", "index_put", "one_hot",
            "nonzero", "nonzero_static", "argwhere", "masked_select", "masked_scatter",
@@ -828,6 +828,37 @@ def tile(input, dims):
         return _TileFunction.apply(x, tuple(dims))
     return _TileFunction.forward(_Ctx(), x, tuple(dims))
 
+
+
+def _sizes(args):
+    """torch's *sizes convention: ints, or one list / tuple / torch.Size."""
+    if len(args) == 1 and isinstance(args[0], (list, tuple, torch.Size)):
+        args = tuple(args[0])
+    return [int(d) for d in args]
+
+
+def repeat(input, *sizes):
+    """torch.Tensor.repeat: tile with as many repeats as dims or more (no implicit leading 1s for
+    the input's own dims, unlike torch.tile, which pads the repeats)."""
+    require_torch()
+    sizes = _sizes(sizes)
+    if len(sizes) < input.dim():
+        raise RuntimeError("repeat: Number of dimensions of repeat dims can not be smaller than number of "
+                           f"dimensions of tensor (got {len(sizes)} repeat dims for a {input.dim()}-D tensor)")
+    return tile(input, sizes)
+
+
+def expand(input, *sizes):
+    """torch.Tensor.expand: a view (stride 0 along the expanded dims, -1 keeps a size); nothing is
+    copied, as torch's. ``expand_copy`` materialises it."""
+    require_torch()
+    return input.expand(_sizes(sizes))
+
+
+def expand_copy(input, size):
+    """torch.expand_copy: the expanded view copied by the copy kernel (differentiable: the gradient
+    sums over the expanded dims through torch's expand)."""
+    return contiguous(expand(input, size))
 
 def _tri(op, input, diagonal):
     require_torch()

@@ -362,6 +362,15 @@ def test_flip_roll_tile_tri(dt):
     same_bits(F.roll(xt, 3, 1), ref_op(lambda t: torch.roll(t, 3, 1), xt), "roll strided")
     for reps in [(2, 1, 3), (1, 1, 1), (2, 2), (3, 1, 1, 2)]:
         same_bits(F.tile(x, reps), ref_op(lambda t: torch.tile(t, reps), x), f"tile {reps}")
+    for reps in [(2, 1, 3), (1, 1, 1), (3, 1, 1, 2), (0, 2, 1)]:
+        same_bits(F.repeat(xt, *reps), ref_op(lambda t: t.repeat(*reps), xt), f"repeat {reps}")
+    same_bits(F.repeat(x, [2, 1, 1]), ref_op(lambda t: t.repeat([2, 1, 1]), x), "repeat list")
+    with pytest.raises(RuntimeError, match="repeat"):
+        F.repeat(x, 2, 2)
+    col = x[:, :1, :]  # [5, 1, 7], dim 1 broadcast
+    for size in [(5, 4, 7), (2, 5, 3, 7), (-1, 6, -1)]:
+        same_bits(F.expand_copy(col, size), ref_op(lambda t: t.expand(size).contiguous(), col), f"expand_copy {size}")
+        assert F.expand(col, *size).data_ptr() == col.data_ptr(), "expand is a view"
     for r, d in [(3, 0), (1, 1), (2, -1), (0, 1), (4, None)]:
         same_bits(F.repeat_interleave(xt, r, d), ref_op(lambda t: torch.repeat_interleave(t, r, d), xt),
                   f"repeat_interleave {r} {d}")
@@ -379,6 +388,8 @@ def test_maps_backward():
                  (lambda t: F.roll(t, (2, -1), (1, 2)), lambda t: torch.roll(t, (2, -1), (1, 2))),
                  (lambda t: F.triu(t, 1), lambda t: torch.triu(t, 1)),
                  (lambda t: F.tile(t, (2, 1, 3)), lambda t: torch.tile(t, (2, 1, 3))),
+                 (lambda t: F.repeat(t, 2, 1, 1, 3), lambda t: t.repeat(2, 1, 1, 3)),
+                 (lambda t: F.expand_copy(t[:, :1], (4, 3, 6)), lambda t: t[:, :1].expand(4, 3, 6).contiguous()),
                  (lambda t: F.repeat_interleave(t, 3, 1), lambda t: torch.repeat_interleave(t, 3, 1)),
                  (lambda t: F.repeat_interleave(t, idx([1, 0, 2, 3, 1], torch.int64), 1),
                   lambda t: torch.repeat_interleave(t, idx([1, 0, 2, 3, 1], torch.int64), 1)),
