@@ -26,7 +26,12 @@ constexpr DTypeRow kDTypeRows[] = {
     BARACUDA_DTYPES(BARACUDA_X)
 #undef BARACUDA_X
 };
-const DTypeRow& row(DType t) { return kDTypeRows[static_cast<int>(t)]; }
+// An id past the table (a DType cast from a bad integer) reads as this row: named in messages,
+// zero bits, of no kind, so no predicate holds for it.
+constexpr DTypeRow kInvalidRow{DType::f32, "invalid-dtype", 0, '?'};
+const DTypeRow& row(DType t) {
+  return static_cast<size_t>(t) < std::size(kDTypeRows) ? kDTypeRows[static_cast<int>(t)] : kInvalidRow;
+}
 }  // namespace
 
 std::string_view name(DType t) { return row(t).name; }
@@ -44,7 +49,10 @@ std::optional<DType> dtype_from_name(std::string_view s) {
 #define BARACUDA_X(e, n, b, k) {#e, DType::e},
       BARACUDA_DTYPES(BARACUDA_X)
 #undef BARACUDA_X
-      {"bool", DType::b8}, {"half", DType::f16}, {"float", DType::f32}, {"double", DType::f64},
+          {"bool", DType::b8},
+      {"half", DType::f16},
+      {"float", DType::f32},
+      {"double", DType::f64},
   };
   for (const auto& [k, v] : kShort)
     if (s == k) return v;
@@ -53,15 +61,24 @@ std::optional<DType> dtype_from_name(std::string_view s) {
 
 const char* to_string(Status s) {
   switch (s) {
-    case Status::Ok: return "Ok";
-    case Status::InvalidProblem: return "InvalidProblem";
-    case Status::Unsupported: return "Unsupported";
-    case Status::MisalignedOperand: return "MisalignedOperand";
-    case Status::BufferTooSmall: return "BufferTooSmall";
-    case Status::WorkspaceTooSmall: return "WorkspaceTooSmall";
-    case Status::BackendError: return "BackendError";
-    case Status::CudaError: return "CudaError";
-    case Status::NoDevice: return "NoDevice";
+    case Status::Ok:
+      return "Ok";
+    case Status::InvalidProblem:
+      return "InvalidProblem";
+    case Status::Unsupported:
+      return "Unsupported";
+    case Status::MisalignedOperand:
+      return "MisalignedOperand";
+    case Status::BufferTooSmall:
+      return "BufferTooSmall";
+    case Status::WorkspaceTooSmall:
+      return "WorkspaceTooSmall";
+    case Status::BackendError:
+      return "BackendError";
+    case Status::CudaError:
+      return "CudaError";
+    case Status::NoDevice:
+      return "NoDevice";
   }
   return "?";
 }
@@ -70,16 +87,26 @@ const char* to_string(Direction d) { return d == Direction::Forward ? "forward" 
 
 const char* to_string(Backend b) {
   switch (b) {
-    case Backend::Any: return "any";
-    case Backend::Native: return "native";
-    case Backend::CuBlasLt: return "cublaslt";
-    case Backend::CuDnn: return "cudnn";
-    case Backend::CuFft: return "cufft";
-    case Backend::CuSolver: return "cusolver";
-    case Backend::CuRand: return "curand";
-    case Backend::CuSparse: return "cusparse";
-    case Backend::Nccl: return "nccl";
-    case Backend::Cutlass: return "cutlass";
+    case Backend::Any:
+      return "any";
+    case Backend::Native:
+      return "native";
+    case Backend::CuBlasLt:
+      return "cublaslt";
+    case Backend::CuDnn:
+      return "cudnn";
+    case Backend::CuFft:
+      return "cufft";
+    case Backend::CuSolver:
+      return "cusolver";
+    case Backend::CuRand:
+      return "curand";
+    case Backend::CuSparse:
+      return "cusparse";
+    case Backend::Nccl:
+      return "nccl";
+    case Backend::Cutlass:
+      return "cutlass";
   }
   return "?";
 }
@@ -109,11 +136,9 @@ int64_t Shape::numel() const {
 bool Shape::operator==(const Shape& o) const {
   return rank == o.rank && std::equal(dims.begin(), dims.begin() + rank, o.dims.begin());
 }
-std::string Shape::str() const {
-  std::string s = "[";
-  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
+static std::string join(const std::array<int64_t, kMaxRank>& v, int n, char open, char close);
+// Refusals print the shapes they refuse: a rank outside 0..8 is said, never walked.
+std::string Shape::str() const { return join(dims, rank, '[', ']'); }
 
 // ---- Layout ----------------------------------------------------------------------------------
 int64_t Layout::numel() const {
@@ -159,8 +184,10 @@ void Layout::extent(int64_t* lo, int64_t* hi) const {
   int64_t l = 0, h = 0;
   for (int d = 0; d < rank; ++d) {
     const int64_t span = (shape[d] - 1) * stride[d];
-    if (span < 0) l += span;
-    else h += span;
+    if (span < 0)
+      l += span;
+    else
+      h += span;
   }
   *lo = l;
   *hi = h + 1;
@@ -245,6 +272,7 @@ bool views_may_overlap(const void* a, const Layout& la, const void* b, const Lay
 // No iostreams in the library: inside processes that load another libstdc++ first (torch),
 // std::ostringstream from our copy of the templates crashed (seen on the H200, 2026-11-26).
 static std::string join(const std::array<int64_t, kMaxRank>& v, int n, char open, char close) {
+  if (n < 0 || n > kMaxRank) return std::string(1, open) + "rank " + std::to_string(n) + ", outside 0..8" + close;
   std::string s(1, open);
   for (int d = 0; d < n; ++d) s += (d ? ", " : "") + std::to_string(v[d]);
   return s + close;
@@ -297,20 +325,47 @@ namespace dlpack {
 
 Result<DType> to_dtype(DataType dt) {
   auto bad = [&] {
-    return make_error(Status::Unsupported, "dlpack: dtype code=" + std::to_string(dt.code) + " bits=" +
-                                               std::to_string(dt.bits) + " lanes=" + std::to_string(dt.lanes) +
-                                               " has no baracuda equivalent");
+    return make_error(Status::Unsupported, "dlpack: dtype code=" + std::to_string(dt.code) +
+                                               " bits=" + std::to_string(dt.bits) +
+                                               " lanes=" + std::to_string(dt.lanes) + " has no baracuda equivalent");
   };
   if (dt.lanes != 1) return bad();
   switch (dt.code) {
     case kDLInt:
-      switch (dt.bits) { case 8: return DType::s8; case 16: return DType::s16; case 32: return DType::s32; case 64: return DType::s64; case 4: return DType::s4; }
+      switch (dt.bits) {
+        case 8:
+          return DType::s8;
+        case 16:
+          return DType::s16;
+        case 32:
+          return DType::s32;
+        case 64:
+          return DType::s64;
+        case 4:
+          return DType::s4;
+      }
       break;
     case kDLUInt:
-      switch (dt.bits) { case 8: return DType::u8; case 32: return DType::u32; case 4: return DType::u4; case 1: return DType::b8; }
+      switch (dt.bits) {
+        case 8:
+          return DType::u8;
+        case 32:
+          return DType::u32;
+        case 4:
+          return DType::u4;
+        case 1:
+          return DType::b8;
+      }
       break;
     case kDLFloat:
-      switch (dt.bits) { case 16: return DType::f16; case 32: return DType::f32; case 64: return DType::f64; }
+      switch (dt.bits) {
+        case 16:
+          return DType::f16;
+        case 32:
+          return DType::f32;
+        case 64:
+          return DType::f64;
+      }
       break;
     case kDLBfloat:
       if (dt.bits == 16) return DType::bf16;
@@ -328,7 +383,8 @@ Result<DType> to_dtype(DataType dt) {
     case kDLFloat8_e5m2:
       if (dt.bits == 8) return DType::f8e5m2;
       break;
-    default: break;
+    default:
+      break;
   }
   return bad();
 }
@@ -336,14 +392,31 @@ Result<DType> to_dtype(DataType dt) {
 DataType from_dtype(DType t) {
   const uint8_t bits = static_cast<uint8_t>(size_in_bits(t));
   switch (t) {
-    case DType::f64: case DType::f32: case DType::f16: return {kDLFloat, bits, 1};
-    case DType::bf16: return {kDLBfloat, 16, 1};
-    case DType::f8e4m3: return {kDLFloat8_e4m3fn, 8, 1};
-    case DType::f8e5m2: return {kDLFloat8_e5m2, 8, 1};
-    case DType::s8: case DType::s16: case DType::s32: case DType::s64: case DType::s4: return {kDLInt, bits, 1};
-    case DType::u8: case DType::u32: case DType::u4: return {kDLUInt, bits, 1};
-    case DType::b8: return {kDLBool, 8, 1};
-    case DType::c64: case DType::c128: return {kDLComplex, bits, 1};
+    case DType::f64:
+    case DType::f32:
+    case DType::f16:
+      return {kDLFloat, bits, 1};
+    case DType::bf16:
+      return {kDLBfloat, 16, 1};
+    case DType::f8e4m3:
+      return {kDLFloat8_e4m3fn, 8, 1};
+    case DType::f8e5m2:
+      return {kDLFloat8_e5m2, 8, 1};
+    case DType::s8:
+    case DType::s16:
+    case DType::s32:
+    case DType::s64:
+    case DType::s4:
+      return {kDLInt, bits, 1};
+    case DType::u8:
+    case DType::u32:
+    case DType::u4:
+      return {kDLUInt, bits, 1};
+    case DType::b8:
+      return {kDLBool, 8, 1};
+    case DType::c64:
+    case DType::c128:
+      return {kDLComplex, bits, 1};
   }
   return {kDLFloat, 32, 1};
 }
@@ -391,8 +464,11 @@ std::string dtype_list(DTypeSet set) {
 }
 
 std::string preference_key(const PlanPreference& p) {
-  const int v[] = {static_cast<int>(p.backend), p.require_deterministic, p.require_bit_stable,
-                   static_cast<int>(p.tf32), static_cast<int>(p.reduced_precision_reduction),
+  const int v[] = {static_cast<int>(p.backend),
+                   p.require_deterministic,
+                   p.require_bit_stable,
+                   static_cast<int>(p.tf32),
+                   static_cast<int>(p.reduced_precision_reduction),
                    static_cast<int>(p.vectorized)};
   return std::string(reinterpret_cast<const char*>(v), sizeof v);
 }

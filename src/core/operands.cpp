@@ -7,6 +7,24 @@
 
 namespace baracuda::detail {
 
+Result<void> check_shape(const std::string& label, std::string_view what, const Shape& s) {
+  const std::string w(what);
+  if (s.rank < 0 || s.rank > kMaxRank)
+    return invalid(label + ": " + w + " rank expected 0..8, got " + std::to_string(s.rank));
+  bool empty = false;
+  for (int i = 0; i < s.rank; ++i) {
+    if (s.dims[i] < 0) return invalid(label + ": negative size in " + w + " shape " + s.str());
+    empty = empty || s.dims[i] == 0;
+  }
+  if (empty) return {};
+  int64_t n = 1;
+  for (int i = 0; i < s.rank; ++i)
+    if (__builtin_mul_overflow(n, s.dims[i], &n) || n >= (int64_t{1} << 59))
+      return invalid(label + ": " + w + " shape " + s.str() +
+                     " expected fewer than 2^59 elements (byte offsets must fit in 64 bits), got more");
+  return {};
+}
+
 Result<std::pair<uintptr_t, uintptr_t>> byte_range(const std::string& label, const Operand& o) {
   const Layout& l = *o.layout;
   int64_t span = 0;

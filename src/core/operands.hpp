@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "baracuda/core/status.hpp"
@@ -34,6 +35,12 @@ inline bool given(const TensorMut& t) { return t.data != nullptr || t.layout.ran
 /// [lo, hi) bytes the tensor can touch ({0, 0} when it has no elements). Refuses negative
 /// strides and footprints that overflow 64 bits, naming `label` and the operand.
 Result<std::pair<uintptr_t, uintptr_t>> byte_range(const std::string& label, const Operand& o);
+
+/// The problem-shape check of every family's select(): rank 0..8, no negative size, and fewer
+/// than 2^59 elements (a byte offset of any dtype then fits in 63 bits; a count past int64 would
+/// wrap numel() and make a huge problem look small or empty). Names `label` and `what`
+/// ("input", "targets", ...).
+Result<void> check_shape(const std::string& label, std::string_view what, const Shape& s);
 
 /// Same pointer, dtype, shape, and strides wherever the extent is > 1.
 bool same_view(const Operand& a, const Operand& b);

@@ -305,18 +305,15 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
   const std::string label = op_label(desc);
   const bool bw = desc.direction == Direction::Backward;
 
-  // Shapes.
+  // Shapes. out_shape first: its messages print it, and a wrapped element count would make a huge
+  // problem look small.
+  BARACUDA_TRY(detail::check_shape(label, "out_shape", desc.out_shape));
   if (in.nin > 0) {
     auto b = broadcast_shapes(label, std::span<const Shape>(desc.in_shapes.data(), static_cast<size_t>(in.nin)));
     if (!b) return b.error();
     if (!(*b == desc.out_shape))
       return invalid(label + ": out_shape expected " + b->str() + " (the broadcast of the inputs), got " +
                      desc.out_shape.str());
-  } else {
-    if (desc.out_shape.rank > kMaxRank || desc.out_shape.rank < 0)
-      return invalid(label + ": output rank " + std::to_string(desc.out_shape.rank) + " is outside 0..8 (rank > 8)");
-    for (int i = 0; i < desc.out_shape.rank; ++i)
-      if (desc.out_shape.dims[i] < 0) return invalid(label + ": negative size in out_shape " + desc.out_shape.str());
   }
   BARACUDA_TRY(check_params(desc));
 

@@ -11,6 +11,7 @@
 
 #include "baracuda/ops/index.hpp"
 #include "core/impl_list.hpp"
+#include "core/operands.hpp"
 #include "core/plan_common.hpp"
 #include "ops/index/index_launch.hpp"
 #include "ops/index/index_plan.hpp"
@@ -448,12 +449,7 @@ IndexDesc IndexDesc::lax_scatter(DType dt, DType it, const Shape& operand_shape,
 
 // ---- select ----------------------------------------------------------------------------------
 namespace {
-Result<void> check_shape(const std::string& label, const char* what, const Shape& s) {
-  if (s.rank < 0 || s.rank > kMaxRank) return invalid(label + ": " + what + " rank expected 0..8, got " + str(s.rank));
-  for (int i = 0; i < s.rank; ++i)
-    if (s.dims[i] < 0) return invalid(label + ": negative size in " + what + " shape " + s.str());
-  return {};
-}
+using detail::check_shape;
 
 Result<void> check_dim(const std::string& label, int dim, int rank) {
   if (dim < 0 || dim >= rank)

@@ -154,11 +154,8 @@ Result<void> check_rows_desc(const IndexDesc& d, const std::string& label) {
   const bool fw = d.direction == Direction::Forward;
   const Shape& table = fw || d.op == IndexOp::embedding_renorm ? d.in_shape : d.out_shape;
   if (table.rank != 2) return invalid(label + ": weight rank expected 2, got " + str(table.rank));
-  if (table.dims[0] < 0 || table.dims[1] < 0) return invalid(label + ": negative size in weight shape " + table.str());
-  if (d.index_shape.rank < 0 || d.index_shape.rank > kMaxRank)
-    return invalid(label + ": index rank expected 0..8, got " + str(d.index_shape.rank));
-  for (int i = 0; i < d.index_shape.rank; ++i)
-    if (d.index_shape.dims[i] < 0) return invalid(label + ": negative size in index shape " + d.index_shape.str());
+  BARACUDA_TRY(detail::check_shape(label, "weight", table));
+  BARACUDA_TRY(detail::check_shape(label, "index", d.index_shape));
   if (d.op == IndexOp::embedding_renorm) {
     if (!(d.norm_type > 0)) return invalid(label + ": norm_type expected > 0, got " + std::to_string(d.norm_type));
     if (std::isnan(d.max_norm)) return invalid(label + ": max_norm expected a number, got nan");

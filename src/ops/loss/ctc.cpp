@@ -51,8 +51,7 @@ Result<void> check_desc(const CtcLossDesc& d) {
   if (lp.rank != 2 && lp.rank != 3)
     return invalid(label + ": log_probs rank expected 3 ([T, N, C]) or 2 ([T, C], unbatched), got " +
                    std::to_string(lp.rank));
-  for (int i = 0; i < lp.rank; ++i)
-    if (lp.dims[i] < 0) return invalid(label + ": negative size in log_probs shape " + lp.str());
+  BARACUDA_TRY(detail::check_shape(label, "log_probs", lp));
   const int64_t N = lp.rank == 3 ? lp.dims[1] : 1;
   const int64_t C = lp.dims[lp.rank - 1];
   if (C < 1) return invalid(label + ": log_probs classes (last dim) expected >= 1, got " + std::to_string(C));
@@ -63,8 +62,7 @@ Result<void> check_desc(const CtcLossDesc& d) {
   if (tg.rank != 1 && tg.rank != 2)
     return invalid(label + ": targets rank expected 2 ([N, S], padded) or 1 (concatenated), got " +
                    std::to_string(tg.rank));
-  for (int i = 0; i < tg.rank; ++i)
-    if (tg.dims[i] < 0) return invalid(label + ": negative size in targets shape " + tg.str());
+  BARACUDA_TRY(detail::check_shape(label, "targets", tg));
   if (tg.rank == 2 && tg.dims[0] != N)
     return invalid(label + ": targets.shape[0] expected " + std::to_string(N) + " (the batch size), got " +
                    std::to_string(tg.dims[0]));

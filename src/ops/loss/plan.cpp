@@ -225,13 +225,7 @@ double LossDesc::param(std::string_view pname) const {
 
 // ---- select ------------------------------------------------------------------------------------------
 namespace {
-Result<void> check_shape(const std::string& label, const char* what, const Shape& s) {
-  if (s.rank < 0 || s.rank > kMaxRank)
-    return invalid(label + ": " + what + " rank expected 0..8, got " + std::to_string(s.rank));
-  for (int i = 0; i < s.rank; ++i)
-    if (s.dims[i] < 0) return invalid(label + ": negative size in " + what + " shape " + s.str());
-  return {};
-}
+using detail::check_shape;
 
 Result<void> check_flag(const std::string& label, const LossDesc& d, const char* pname) {
   const double v = d.param(pname);

@@ -230,10 +230,7 @@ Result<void> check_op_scalars(const NormDesc& d, const std::string& label) {
 Result<void> check_desc(const NormDesc& d) {
   const auto& in = info(d.op);
   const std::string label = op_label(d);
-  if (d.shape.rank < 0 || d.shape.rank > kMaxRank)
-    return invalid(label + ": input rank expected 0..8, got " + std::to_string(d.shape.rank));
-  for (int i = 0; i < d.shape.rank; ++i)
-    if (d.shape.dims[i] < 0) return invalid(label + ": negative size in input shape " + d.shape.str());
+  BARACUDA_TRY(detail::check_shape(label, "input", d.shape));
   BARACUDA_TRY(check_op_scalars(d, label));
   if (in.kind == NormKind::channel) return check_channel_desc(d, label);
   if (d.num_groups != 1 || !d.training || d.running_stats)

@@ -203,10 +203,7 @@ Result<void> check_desc(const QuantDesc& d) {
   const bool bw = d.direction == Direction::Backward;
   if (in.engine == QuantEngine::linear)
     return invalid(label + ": " + in.name + " is served by " + linear_plan_of(d.op) + ", not QuantPlan");
-  if (d.shape.rank < 0 || d.shape.rank > kMaxRank)
-    return invalid(label + ": input rank expected 0..8, got " + str(d.shape.rank));
-  for (int i = 0; i < d.shape.rank; ++i)
-    if (d.shape.dims[i] < 0) return invalid(label + ": negative size in input shape " + d.shape.str());
+  BARACUDA_TRY(detail::check_shape(label, "input", d.shape));
   if (!in.takes(d.granularity))
     return unsupported(label + ": granularity expected one of {" + in.granularities + "}, got " +
                        to_string(d.granularity));
