@@ -49,10 +49,7 @@ std::optional<DType> dtype_from_name(std::string_view s) {
 #define BARACUDA_X(e, n, b, k) {#e, DType::e},
       BARACUDA_DTYPES(BARACUDA_X)
 #undef BARACUDA_X
-          {"bool", DType::b8},
-      {"half", DType::f16},
-      {"float", DType::f32},
-      {"double", DType::f64},
+      {"bool", DType::b8}, {"half", DType::f16}, {"float", DType::f32}, {"double", DType::f64},
   };
   for (const auto& [k, v] : kShort)
     if (s == k) return v;
@@ -61,24 +58,15 @@ std::optional<DType> dtype_from_name(std::string_view s) {
 
 const char* to_string(Status s) {
   switch (s) {
-    case Status::Ok:
-      return "Ok";
-    case Status::InvalidProblem:
-      return "InvalidProblem";
-    case Status::Unsupported:
-      return "Unsupported";
-    case Status::MisalignedOperand:
-      return "MisalignedOperand";
-    case Status::BufferTooSmall:
-      return "BufferTooSmall";
-    case Status::WorkspaceTooSmall:
-      return "WorkspaceTooSmall";
-    case Status::BackendError:
-      return "BackendError";
-    case Status::CudaError:
-      return "CudaError";
-    case Status::NoDevice:
-      return "NoDevice";
+    case Status::Ok: return "Ok";
+    case Status::InvalidProblem: return "InvalidProblem";
+    case Status::Unsupported: return "Unsupported";
+    case Status::MisalignedOperand: return "MisalignedOperand";
+    case Status::BufferTooSmall: return "BufferTooSmall";
+    case Status::WorkspaceTooSmall: return "WorkspaceTooSmall";
+    case Status::BackendError: return "BackendError";
+    case Status::CudaError: return "CudaError";
+    case Status::NoDevice: return "NoDevice";
   }
   return "?";
 }
@@ -87,26 +75,16 @@ const char* to_string(Direction d) { return d == Direction::Forward ? "forward" 
 
 const char* to_string(Backend b) {
   switch (b) {
-    case Backend::Any:
-      return "any";
-    case Backend::Native:
-      return "native";
-    case Backend::CuBlasLt:
-      return "cublaslt";
-    case Backend::CuDnn:
-      return "cudnn";
-    case Backend::CuFft:
-      return "cufft";
-    case Backend::CuSolver:
-      return "cusolver";
-    case Backend::CuRand:
-      return "curand";
-    case Backend::CuSparse:
-      return "cusparse";
-    case Backend::Nccl:
-      return "nccl";
-    case Backend::Cutlass:
-      return "cutlass";
+    case Backend::Any: return "any";
+    case Backend::Native: return "native";
+    case Backend::CuBlasLt: return "cublaslt";
+    case Backend::CuDnn: return "cudnn";
+    case Backend::CuFft: return "cufft";
+    case Backend::CuSolver: return "cusolver";
+    case Backend::CuRand: return "curand";
+    case Backend::CuSparse: return "cusparse";
+    case Backend::Nccl: return "nccl";
+    case Backend::Cutlass: return "cutlass";
   }
   return "?";
 }
@@ -184,10 +162,8 @@ void Layout::extent(int64_t* lo, int64_t* hi) const {
   int64_t l = 0, h = 0;
   for (int d = 0; d < rank; ++d) {
     const int64_t span = (shape[d] - 1) * stride[d];
-    if (span < 0)
-      l += span;
-    else
-      h += span;
+    if (span < 0) l += span;
+    else h += span;
   }
   *lo = l;
   *hi = h + 1;
@@ -325,47 +301,20 @@ namespace dlpack {
 
 Result<DType> to_dtype(DataType dt) {
   auto bad = [&] {
-    return make_error(Status::Unsupported, "dlpack: dtype code=" + std::to_string(dt.code) +
-                                               " bits=" + std::to_string(dt.bits) +
-                                               " lanes=" + std::to_string(dt.lanes) + " has no baracuda equivalent");
+    return make_error(Status::Unsupported, "dlpack: dtype code=" + std::to_string(dt.code) + " bits=" +
+                                               std::to_string(dt.bits) + " lanes=" + std::to_string(dt.lanes) +
+                                               " has no baracuda equivalent");
   };
   if (dt.lanes != 1) return bad();
   switch (dt.code) {
     case kDLInt:
-      switch (dt.bits) {
-        case 8:
-          return DType::s8;
-        case 16:
-          return DType::s16;
-        case 32:
-          return DType::s32;
-        case 64:
-          return DType::s64;
-        case 4:
-          return DType::s4;
-      }
+      switch (dt.bits) { case 8: return DType::s8; case 16: return DType::s16; case 32: return DType::s32; case 64: return DType::s64; case 4: return DType::s4; }
       break;
     case kDLUInt:
-      switch (dt.bits) {
-        case 8:
-          return DType::u8;
-        case 32:
-          return DType::u32;
-        case 4:
-          return DType::u4;
-        case 1:
-          return DType::b8;
-      }
+      switch (dt.bits) { case 8: return DType::u8; case 32: return DType::u32; case 4: return DType::u4; case 1: return DType::b8; }
       break;
     case kDLFloat:
-      switch (dt.bits) {
-        case 16:
-          return DType::f16;
-        case 32:
-          return DType::f32;
-        case 64:
-          return DType::f64;
-      }
+      switch (dt.bits) { case 16: return DType::f16; case 32: return DType::f32; case 64: return DType::f64; }
       break;
     case kDLBfloat:
       if (dt.bits == 16) return DType::bf16;
@@ -383,8 +332,7 @@ Result<DType> to_dtype(DataType dt) {
     case kDLFloat8_e5m2:
       if (dt.bits == 8) return DType::f8e5m2;
       break;
-    default:
-      break;
+    default: break;
   }
   return bad();
 }
@@ -392,31 +340,14 @@ Result<DType> to_dtype(DataType dt) {
 DataType from_dtype(DType t) {
   const uint8_t bits = static_cast<uint8_t>(size_in_bits(t));
   switch (t) {
-    case DType::f64:
-    case DType::f32:
-    case DType::f16:
-      return {kDLFloat, bits, 1};
-    case DType::bf16:
-      return {kDLBfloat, 16, 1};
-    case DType::f8e4m3:
-      return {kDLFloat8_e4m3fn, 8, 1};
-    case DType::f8e5m2:
-      return {kDLFloat8_e5m2, 8, 1};
-    case DType::s8:
-    case DType::s16:
-    case DType::s32:
-    case DType::s64:
-    case DType::s4:
-      return {kDLInt, bits, 1};
-    case DType::u8:
-    case DType::u32:
-    case DType::u4:
-      return {kDLUInt, bits, 1};
-    case DType::b8:
-      return {kDLBool, 8, 1};
-    case DType::c64:
-    case DType::c128:
-      return {kDLComplex, bits, 1};
+    case DType::f64: case DType::f32: case DType::f16: return {kDLFloat, bits, 1};
+    case DType::bf16: return {kDLBfloat, 16, 1};
+    case DType::f8e4m3: return {kDLFloat8_e4m3fn, 8, 1};
+    case DType::f8e5m2: return {kDLFloat8_e5m2, 8, 1};
+    case DType::s8: case DType::s16: case DType::s32: case DType::s64: case DType::s4: return {kDLInt, bits, 1};
+    case DType::u8: case DType::u32: case DType::u4: return {kDLUInt, bits, 1};
+    case DType::b8: return {kDLBool, 8, 1};
+    case DType::c64: case DType::c128: return {kDLComplex, bits, 1};
   }
   return {kDLFloat, 32, 1};
 }
@@ -464,11 +395,8 @@ std::string dtype_list(DTypeSet set) {
 }
 
 std::string preference_key(const PlanPreference& p) {
-  const int v[] = {static_cast<int>(p.backend),
-                   p.require_deterministic,
-                   p.require_bit_stable,
-                   static_cast<int>(p.tf32),
-                   static_cast<int>(p.reduced_precision_reduction),
+  const int v[] = {static_cast<int>(p.backend), p.require_deterministic, p.require_bit_stable,
+                   static_cast<int>(p.tf32), static_cast<int>(p.reduced_precision_reduction),
                    static_cast<int>(p.vectorized)};
   return std::string(reinterpret_cast<const char*>(v), sizeof v);
 }
