@@ -653,28 +653,15 @@ const std::vector<Mutator<LossDesc>>& loss_mutators() {
   return ms;
 }
 
-/// test_loss.cpp's probe: a descriptor select() accepts whenever the dtype is declared.
+/// test::loss_probe (test_util.hpp), with the linear + CE factory, and its text for the failure report.
 LossDesc loss_probe(const LossOpInfo& in, DType dt, Direction dir, std::string& text) {
   const std::string t = std::string(name(dt)) + (dir == Direction::Backward ? ", Backward" : "");
   text = std::string("loss probe(") + in.name + ", " + t + ")";
-  if (in.kind == LossKind::classes) {
-    LossDesc d = LossDesc::cross_entropy(dt, Shape::of({4, 8}), DType::s64, false, Reduction::mean, -100, 0.0, dir);
-    d.op = in.op;
-    return d;
-  }
   if (in.kind == LossKind::linear) {
     text = "LossDesc::linear_cross_entropy(" + t + ", 4, 8, 16)";
     return LossDesc::linear_cross_entropy(dt, 4, 8, 16, DType::s64, Reduction::mean, -100, 0.0, 0, dir);
   }
-  LossDesc d = LossDesc::make(in.op, dt, {}, Reduction::mean, dir);
-  for (int k = 0; k < in.num_inputs(); ++k)
-    if (!in.input_optional(k)) {
-      d.shapes[k] = Shape::of({4, 8});
-      d.present |= uint8_t(1u << k);
-    }
-  if (in.op == LossOp::cosine_embedding_loss || in.op == LossOp::multi_margin_loss)
-    d.shapes[in.input_index("target")] = Shape::of({4});
-  return d;
+  return test::loss_probe(in, dt, dir);
 }
 
 void fuzz_loss(int i, Findings& f) {

@@ -56,26 +56,6 @@ LossDesc mse(DType dt = DType::f32, Reduction r = Reduction::mean, Direction dir
   return LossDesc::make(LossOp::mse_loss, dt, {Shape::of({16, 4096}), Shape::of({16, 4096})}, r, dir);
 }
 
-/// A descriptor select() accepts whenever the dtype is declared (every required input, [4, 8]).
-LossDesc probe(const LossOpInfo& in, DType dt, Direction dir) {
-  if (in.kind == LossKind::classes) {
-    LossDesc d = LossDesc::cross_entropy(dt, Shape::of({4, 8}), DType::s64, false, Reduction::mean, -100, 0.0, dir);
-    d.op = in.op;
-    return d;
-  }
-  if (in.kind == LossKind::linear)
-    return LossDesc::make(in.op, dt, {Shape::of({4, 8}), Shape::of({16, 8}), Shape::of({4})}, Reduction::mean, dir);
-  LossDesc d = LossDesc::make(in.op, dt, {}, Reduction::mean, dir);
-  for (int k = 0; k < in.num_inputs(); ++k)
-    if (!in.input_optional(k)) {
-      d.shapes[k] = Shape::of({4, 8});
-      d.present |= uint8_t(1u << k);
-    }
-  if (in.op == LossOp::cosine_embedding_loss || in.op == LossOp::multi_margin_loss)
-    d.shapes[in.input_index("target")] = Shape::of({4});  // one per row
-  return d;
-}
-
 /// linear_cross_entropy over hidden [n, h], weight [v, h], int64 targets.
 LossDesc lce(DType dt, int64_t n, int64_t h, int64_t v, Reduction r = Reduction::mean,
              Direction dir = Direction::Forward, bool grads = false, int64_t chunk_tokens = 0) {
@@ -167,7 +147,7 @@ TEST(LossCoverage, AcceptsExactlyDeclaredDtypes) {
       for (int i = 0; i < kNumDTypes; ++i) {
         const DType t = static_cast<DType>(i);
         SCOPED_TRACE(std::string(in.name) + " " + to_string(dir) + " " + std::string(name(t)));
-        auto plan = LossPlan::select(kTarget, probe(in, t, dir));
+        auto plan = LossPlan::select(kTarget, test::loss_probe(in, t, dir));
         if (in.kind == LossKind::ctc) {  // served by CtcLossPlan (test_ctc.cpp)
           EXPECT_FAILS_WITH(plan, Status::Unsupported, "CtcLossPlan");
           continue;

@@ -9,6 +9,7 @@
 
 #include "baracuda/core/coverage.hpp"
 #include "baracuda/ops/elementwise.hpp"
+#include "baracuda/ops/loss.hpp"
 
 namespace baracuda::test {
 
@@ -25,6 +26,28 @@ inline ElementwiseDesc probe_desc(ElementwiseOp op, DType dt, Direction dir = Di
     default:
       return ElementwiseDesc::make(op, dt, {Shape::of({4, 5}), Shape::of({4, 5}), Shape::of({4, 5})}, dir);
   }
+}
+
+/// A loss descriptor select() accepts whenever `dt` is declared: [4, 8] inputs (class rows for
+/// the class-index losses, one target per row where the op takes one), linear + CE as
+/// x [4, 8], weight [16, 8], target [4].
+inline LossDesc loss_probe(const LossOpInfo& in, DType dt, Direction dir) {
+  if (in.kind == LossKind::classes) {
+    LossDesc d = LossDesc::cross_entropy(dt, Shape::of({4, 8}), DType::s64, false, Reduction::mean, -100, 0.0, dir);
+    d.op = in.op;
+    return d;
+  }
+  if (in.kind == LossKind::linear)
+    return LossDesc::make(in.op, dt, {Shape::of({4, 8}), Shape::of({16, 8}), Shape::of({4})}, Reduction::mean, dir);
+  LossDesc d = LossDesc::make(in.op, dt, {}, Reduction::mean, dir);
+  for (int k = 0; k < in.num_inputs(); ++k)
+    if (!in.input_optional(k)) {
+      d.shapes[k] = Shape::of({4, 8});
+      d.present |= uint8_t(1u << k);
+    }
+  if (in.op == LossOp::cosine_embedding_loss || in.op == LossOp::multi_margin_loss)
+    d.shapes[in.input_index("target")] = Shape::of({4});  // one per row
+  return d;
 }
 
 /// A distinct, 256-byte aligned fake device address per slot; never dereferenced.
