@@ -958,6 +958,12 @@ TEST(IndexRows, Descriptors) {
   EXPECT_EQ(IndexDesc::triu_indices(DType::s32, 4, 8, 6).out_shape, Shape::of({2, 3}));
   EXPECT_EQ(IndexDesc::tril_indices(DType::s64, 0, 8).out_shape, Shape::of({2, 0}));
   EXPECT_EQ(IndexDesc::triu_indices(DType::s64, 5, 3, -10).out_shape, Shape::of({2, 15}));
+  // select() recomputes the output from (row, col, offset) rather than trusting out_shape.
+  auto tri = IndexDesc::tril_indices(DType::s64, 4, 8);
+  EXPECT_TRUE(IndexPlan::select(kTarget, tri).ok());
+  tri.in_shape.dims[0] = 6;  // sizes changed after the factory: [2, 10] is stale (now 21 pairs)
+  EXPECT_FAILS_WITH(IndexPlan::select(kTarget, tri), Status::InvalidProblem, "tril_indices",
+                    "out_shape expected [2, 21]", "got [2, 10]");
 }
 
 TEST(IndexRows, DescriptorRefusals) {

@@ -143,8 +143,12 @@ Result<void> check_rows_desc(const IndexDesc& d, const std::string& label) {
     const int64_t row = d.in_shape.dims[0], col = d.in_shape.dims[1];
     if (row < 0) return invalid(label + ": row expected >= 0, got " + str(row));
     if (col < 0) return invalid(label + ": col expected >= 0, got " + str(col));
-    if (d.out_shape.rank != 2 || d.out_shape.dims[1] < 0)
-      return invalid(label + ": row * col = " + str(row) + " * " + str(col) + " overflows int64");
+    // The output follows from (row, col, offset): recomputed, not trusted from the descriptor.
+    const int64_t n = tri_indices_geometry(row, col, d.diagonal, d.op == IndexOp::triu_indices).n;
+    if (n < 0) return invalid(label + ": row * col = " + str(row) + " * " + str(col) + " overflows int64");
+    if (!(d.out_shape == Shape::of({2, n})))
+      return invalid(label + ": out_shape expected [2, " + str(n) + "] (the indices of row " + str(row) + ", col " +
+                     str(col) + ", offset " + str(d.diagonal) + "), got " + d.out_shape.str());
     if (d.dtype == DType::s32 && std::max(row, col) - 1 > std::numeric_limits<int32_t>::max())
       return invalid(label + ": indices up to " + str(std::max(row, col) - 1) + " expected to fit dtype int32");
     return {};
