@@ -42,12 +42,7 @@ inline constexpr int kNumDTypes = 0
 
 /// A set of dtypes as a bitmask; op tables declare their supported dtypes with these.
 using DTypeSet = uint32_t;
-static_assert(kNumDTypes <= 32, "DTypeSet holds one bit a dtype");
-/// An id past the table (a DType cast from a bad integer) is in no set: every select() then
-/// refuses it as an unsupported dtype, instead of a shift past the mask's width.
-constexpr DTypeSet bit(DType t) {
-  return static_cast<int>(t) < kNumDTypes ? DTypeSet{1} << static_cast<int>(t) : DTypeSet{0};
-}
+constexpr DTypeSet bit(DType t) { return DTypeSet{1} << static_cast<int>(t); }
 constexpr bool contains(DTypeSet s, DType t) { return (s & bit(t)) != 0; }
 
 namespace dtypes {
