@@ -581,6 +581,10 @@ TEST(SelectRefusals, GeneratorOutputShape) {
   d.out_shape.rank = 9;
   EXPECT_FAILS_WITH(ElementwisePlan::select(Target::offline(), d), Status::InvalidProblem, "fill",
                     "out_shape rank expected 0..8", "got 9");
+  // detail::check_shape: an element count past 2^59 (here one that wraps int64) is refused.
+  d.out_shape = Shape::of({int64_t{1} << 40, int64_t{1} << 40});
+  EXPECT_FAILS_WITH(ElementwisePlan::select(Target::offline(), d), Status::InvalidProblem, "fill", "out_shape shape",
+                    "expected fewer than 2^59 elements");
 }
 
 TEST(SelectRefusals, InputRankAboveEight) {
