@@ -85,6 +85,7 @@
 #include <cstring>
 
 #include "kernels/common/cluster.cuh"
+#include "kernels/common/cp_async.cuh"
 #include "kernels/common/short_math.cuh"
 #include "ops/loss/class_common.cuh"
 
@@ -156,20 +157,6 @@ __device__ __forceinline__ uint4 neg_inf_raw() {
   } else {
     return make_uint4(0u, 0xfff00000u, 0u, 0xfff00000u);
   }
-}
-
-/// 16 bytes from global to shared memory without a register round trip (cp.async.cg: L2 only;
-/// the executing thread's own later reads see it once its commit group is complete).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned sa = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
-}
-/// Closes the thread's current group of cp.async copies (an empty group is legal and completes at once).
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-/// Waits until at most kPending of the thread's newest commit groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
 /// exp(x - c) for the segment's elements. 16-bit storage: one FFMA (x log2e - c log2e) and

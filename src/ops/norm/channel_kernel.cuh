@@ -31,6 +31,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "kernels/common/cp_async.cuh"
 #include "kernels/common/dtype_traits.cuh"
 #include "ops/norm/channel_launch.hpp"
 
@@ -119,14 +120,6 @@ __device__ __forceinline__ uint4 ld16(const void* p) { return __ldg(static_cast<
 /// Last use (apply): evict-first, so the rest of the input keeps its L2 lines.
 __device__ __forceinline__ uint4 ld16_last(const void* p) { return __ldcs(static_cast<const uint4*>(p)); }
 __device__ __forceinline__ void st16(void* p, uint4 v) { __stcs(static_cast<uint4*>(p), v); }
-
-/// 16 bytes global -> shared without registers (sm_80+): a CTA staging a row keeps all of it in
-/// flight at once.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 /// A [C] parameter (weight, bias, running stats) of the param dtype (f32, or T), or `dflt` when absent.
 template <class T, class M>
