@@ -336,6 +336,32 @@ def test_type_promotion(case):
     ew.assert_matches(got, [ref], ref.dtype, 1, not ref.dtype.is_floating_point, what)
 
 
+def test_div_floor_f32_bit_exact_wide_range():
+    """f32 floor division takes a short path below quotients of 2^21 and ATen's formula above: bit
+    for bit with torch on quotients on, just below and just above integers up to 2^24, random bit
+    patterns (huge / tiny quotients, subnormals, zeros of both signs, inf, NaN)."""
+    g = torch.Generator(device="cpu").manual_seed(21)
+    n = 1 << 20
+    b = torch.ldexp(1 + torch.rand(n, generator=g), torch.randint(-30, 30, (n,), generator=g)).float()
+    b = torch.where(torch.rand(n, generator=g) < 0.5, -b, b)
+    q = torch.floor(torch.rand(n, generator=g, dtype=torch.float64) * 2.0 ** torch.randint(0, 25, (n,), generator=g))
+    a = (q * b.double()).float()
+    nudge = torch.randint(-3, 4, (n,), generator=g, dtype=torch.int32)
+    a = (a.view(torch.int32) + nudge).view(torch.float32)
+    bits_a = torch.randint(-2**31, 2**31 - 1, (n,), generator=g, dtype=torch.int32).view(torch.float32)
+    bits_b = torch.randint(-2**31, 2**31 - 1, (n,), generator=g, dtype=torch.int32).view(torch.float32)
+    special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-45, -1e-45, 3.0, -3.0])
+    sa, sb = torch.meshgrid(special, special, indexing="ij")
+    a = torch.cat([a, bits_a, sa.reshape(-1)]).cuda()
+    b = torch.cat([b, bits_b, sb.reshape(-1)]).cuda()
+    got = F.div(a, b, rounding_mode="floor")
+    want = torch.div(a, b, rounding_mode="floor")
+    same = (got.view(torch.int32) == want.view(torch.int32)) | (got.isnan() & want.isnan())
+    bad = (~same).nonzero().flatten()
+    assert bad.numel() == 0, (f"{bad.numel()} pairs differ, e.g. a={a[bad[0]].item()!r} b={b[bad[0]].item()!r}: "
+                              f"{got[bad[0]].item()!r} vs torch {want[bad[0]].item()!r}")
+
+
 def test_floor_divide_and_aliases():
     g = ew.seeded("aliases")
     a = ew.draw(ew.U(-10, 10), (129,), torch.float32, g)

@@ -98,6 +98,61 @@ TEST(ShortMath, FmodIsExactForBf16Pairs) {
   EXPECT_EQ(differ, 0);
 }
 
+/// ATen's div_floor_floating for float, written as ATen writes it (the reference for the f32 path).
+float aten_div_floor(float a, float b) {
+  if (b == 0.0f) return a / b;
+  const float mod = std::fmod(a, b);
+  float div = (a - mod) / b;
+  if (mod != 0.0f && ((b < 0.0f) != (mod < 0.0f))) div -= 1.0f;
+  if (div == 0.0f) return std::copysign(0.0f, a / b);
+  float fl = std::floor(div);
+  if (div - fl > 0.5f) fl += 1.0f;
+  return fl;
+}
+
+TEST(ShortMath, DivFloorF32MatchesAtenBelow2To21) {
+  // f32 pairs whose quotient lies on, just below and just above integers up to 2^21 (a = n b
+  // nudged by a few ulps), plus random bit patterns: wherever div_floor_fast takes the pair at the
+  // f32 limit, its result is ATen's bit for bit (sign of zero included).
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  auto next = [&s] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  };
+  long taken = 0, differ = 0;
+  for (int i = 0; i < 4000000; ++i) {
+    const uint64_t r = next();
+    float a, b;
+    if (i % 2) {
+      const uint32_t ab = static_cast<uint32_t>(r), bb = static_cast<uint32_t>(r >> 32);
+      std::memcpy(&a, &ab, 4);
+      std::memcpy(&b, &bb, 4);
+    } else {
+      const int e = static_cast<int>(r % 60) - 30;
+      b = std::ldexp(1.0f + static_cast<float>((r >> 8) % 8388608) / 8388608.0f, e) * ((r >> 40) & 1 ? -1.0f : 1.0f);
+      const float n = static_cast<float>((r >> 16) % (uint64_t{1} << (1 + (r >> 50) % 21)));
+      a = n * b * ((r >> 41) & 1 ? -1.0f : 1.0f);
+      const int nudge = static_cast<int>((r >> 56) % 7) - 3;
+      uint32_t au;
+      std::memcpy(&au, &a, 4);
+      au += nudge;
+      std::memcpy(&a, &au, 4);
+    }
+    float got;
+    if (!sm::div_floor_fast(a, b, &got, 2097152.0f)) continue;
+    ++taken;
+    const float want = aten_div_floor(a, b);
+    uint32_t gb, wb;
+    std::memcpy(&gb, &got, 4);
+    std::memcpy(&wb, &want, 4);
+    if (gb != wb && differ++ < 4) ADD_FAILURE() << "div_floor(" << a << ", " << b << ") = " << got << ", want " << want;
+  }
+  EXPECT_EQ(differ, 0);
+  EXPECT_GT(taken, 1000000);  // the fast path was exercised
+}
+
 TEST(ShortMath, SigmoidEveryBf16InputAsTorchF32) {
   // torch's sigmoid in f32 is 1 / (1 + expf(-x)): 0 once expf(-x) overflows, subnormal just above.
   // As sinh/expm1: rounding x log2 e costs up to |x| 2^-24 relative (54 ulp at x = -64.5).

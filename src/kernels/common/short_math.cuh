@@ -463,10 +463,15 @@ BARACUDA_HD inline bool pow_short(float a, float b, float* r) {
 /// loop over the exponent difference). Round-to-nearest cannot cross an integer n with |n| < 2^24
 /// (n is representable), so floor(fl(a/b)) is wrong only when the quotient lies just below n and
 /// rounds up onto it; the sign of the exact residual a - n b (one FMA) detects that. Returns false
-/// for b = 0, non-finite operands or |a/b| >= 2^24, which keep ATen's formula.
-BARACUDA_HD inline bool div_floor_fast(float a, float b, float* r) {
+/// for b = 0, non-finite operands or |a/b| >= `limit`, which keep ATen's formula. 16-bit operands
+/// may use limit 2^24: ATen's (a - fmod) / b is then exact (a product of <= 11- and 24-bit
+/// significands). f32 operands use 2^21: there a - fmod and the division each round (relative
+/// 2^-24), so ATen's quotient is the integer within |q| 2^-23 < 0.25, which its rounding step
+/// (floor, +1 above .5) returns exactly: both give the exact floor. Past that ATen's own rounding
+/// can differ from the exact floor, so its formula stays.
+BARACUDA_HD inline bool div_floor_fast(float a, float b, float* r, float limit = 16777216.0f) {
   const float q = a / b;
-  if (!(fabsf(q) < 16777216.0f && fabsf(b) < kInf)) return false;
+  if (!(fabsf(q) < limit && fabsf(b) < kInf)) return false;
   float fl = floorf(q);
   const float res = fmaf(-fl, b, a);
   if (fl == q && res != 0.0f && ((res < 0.0f) != (b < 0.0f))) fl -= 1.0f;
