@@ -191,6 +191,20 @@ def test_cat(dt, dim):
     same_bits(F.stack(ys, dim), ref_op(lambda *t: torch.stack(t, dim), *ys), f"stack dim {dim}")
 
 
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32, torch.uint8, torch.float64], ids=str)
+def test_cat_and_slices_of_long_rows(dt):
+    """Rows of >= 512 words move by the row kernel (row-copy-*): cat along the last dim of long
+    rows (a strided destination slice a row), a row slice of a wider tensor, a misaligned start,
+    and rows just below the threshold (the per-word kernel)."""
+    for n1, n2 in [(4096, 4100), (5000, 3), (4088, 8)]:
+        a, b = make((3, 7, n1), dt, "longcat-a", n1, dt), make((3, 7, n2), dt, "longcat-b", n2, dt)
+        same_bits(F.cat([a, b], 2), torch.cat([a, b], 2), f"cat rows {n1}+{n2}")
+        same_bits(F.cat([a, a], 0), torch.cat([a, a], 0), f"cat flat {n1}")
+    w = make((9, 9000), dt, "longrow", dt)
+    for v in (w[:, 3:8195], w[1::2, :8192], w[:, 1:]):
+        same_bits(F.contiguous(v), v.contiguous(), f"row slice {tuple(v.shape)}")
+
+
 @pytest.mark.sanitizer
 def test_cat_stack_backward():
     xs = [randf((3, n), torch.float32, "catbw", n).requires_grad_() for n in (2, 5)]

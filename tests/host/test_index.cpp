@@ -442,7 +442,7 @@ TEST(IndexLayout, CopyVariants) {
   IndexArgs a;
   a.x = ref_of(0, DType::bf16, Layout::contiguous({64, 128}));
   a.out = mut_of(1, DType::bf16, Layout::contiguous({64, 128}));
-  EXPECT_EQ(plan->layout_for(a), "strided-copy-16B-i32");  // merged to 1-d, widened to 8 x bf16
+  EXPECT_EQ(plan->layout_for(a), "row-copy-16B-i32");  // merged to 1-d, widened to 8 x bf16
   a.x.layout = strided({64, 128}, {1, 64});                // a transposed input: tiles of 4-element words
   EXPECT_EQ(plan->layout_for(a), "tiled-transpose-2B-words");
   {
@@ -473,18 +473,31 @@ TEST(IndexLayout, CopyVariants) {
   EXPECT_EQ(plan->layout_for(a), "strided-copy-2B-i32");
   a.x.layout = Layout::contiguous({64, 128});
   a.x.data = fake_ptr(0, 2);  // misaligned by one element: no widening
-  EXPECT_EQ(plan->layout_for(a), "strided-copy-2B-i32");
+  EXPECT_EQ(plan->layout_for(a), "row-copy-2B-i32");
   a.x.data = fake_ptr(0, 4);  // 4-byte aligned: 4-byte words
-  EXPECT_EQ(plan->layout_for(a), "strided-copy-4B-i32");
+  EXPECT_EQ(plan->layout_for(a), "row-copy-4B-i32");
   a.x.data = fake_ptr(0);
   a.x.layout = strided({64, 128}, {0, 1});  // expand of a row: stride 0 kept
-  EXPECT_EQ(plan->layout_for(a), "strided-copy-16B-i32");
+  EXPECT_EQ(plan->layout_for(a), "strided-copy-16B-i32");  // rows of 16 words: per element
 
+  {
+    // A row slice of a wider tensor (cat along dim 1's destination view): rows of >= 512 words
+    // take the row kernel, shorter rows the per-element one.
+    auto wide = IndexPlan::select(kTarget, IndexDesc::copy(DType::bf16, Shape::of({64, 4096})));
+    IndexArgs w;
+    w.x = ref_of(0, DType::bf16, Layout::contiguous({64, 4096}));
+    w.out = mut_of(1, DType::bf16, strided({64, 4096}, {8192, 1}));
+    EXPECT_EQ(wide->layout_for(w), "row-copy-16B-i32");  // 512 words a row
+    auto narrow = IndexPlan::select(kTarget, IndexDesc::copy(DType::bf16, Shape::of({64, 4088})));
+    w.x.layout = Layout::contiguous({64, 4088});
+    w.out.layout = strided({64, 4088}, {8192, 1});
+    EXPECT_EQ(narrow->layout_for(w), "strided-copy-16B-i32");  // 511 words a row
+  }
   PlanPreference nov;
   nov.vectorized = Tristate::Forbid;
   auto scalar = IndexPlan::select(kTarget, IndexDesc::copy(DType::bf16, Shape::of({64, 128})), nov);
   a.x.layout = Layout::contiguous({64, 128});
-  EXPECT_EQ(scalar->layout_for(a), "strided-copy-2B-i32");
+  EXPECT_EQ(scalar->layout_for(a), "row-copy-2B-i32");
   a.x.layout = strided({64, 128}, {1, 64});
   EXPECT_EQ(scalar->layout_for(a), "tiled-transpose-2B");
 
@@ -493,7 +506,7 @@ TEST(IndexLayout, CopyVariants) {
   b.x = ref_of(0, DType::u8, strided({int64_t{1} << 16, int64_t{1} << 16}, {int64_t{1} << 16, 1}));
   b.out = mut_of(1, DType::u8, strided({int64_t{1} << 16, int64_t{1} << 16}, {int64_t{1} << 16, 1}));
   b.out.data = fake_ptr(5);
-  EXPECT_EQ(big->layout_for(b), "strided-copy-16B-i32");  // 2^32 bytes = 2^28 words
+  EXPECT_EQ(big->layout_for(b), "row-copy-16B-i32");  // 2^32 bytes = 2^28 words
   b.x.layout = strided({int64_t{1} << 16, int64_t{1} << 16}, {int64_t{1} << 17, 2});
   EXPECT_EQ(big->layout_for(b), "strided-copy-1B-i64");
 }
@@ -567,7 +580,7 @@ TEST(IndexLayout, MappedOps) {
   s.inputs = ins;
   s.out = mut_of(1, DType::f32, Layout::contiguous({2, 4, 8}));
   EXPECT_TRUE(st->can_implement(s).ok()) << st->can_implement(s).message();
-  EXPECT_EQ(st->layout_for(s), "strided-copy-16B-i32");
+  EXPECT_EQ(st->layout_for(s), "row-copy-16B-i32");
 
   const int64_t pb[] = {1, 1, 1, 1};
   auto bw = IndexPlan::select(

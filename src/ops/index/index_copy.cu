@@ -111,6 +111,45 @@ __global__ void __launch_bounds__(256) mapped_copy_kernel(const CopyParams p) {
   }
 }
 
+/// Plain copies whose innermost dim is unit-stride on both sides (cat, stack, contiguous() of a
+/// row slice, flat copies): the outer coordinates are decomposed once per row (blockIdx.y), not
+/// per element, and a row's words move two a thread, both loads before the stores. The per-word
+/// division of mapped_copy_kernel held cat of two [8192, 4096] bf16 tensors at 84% of the H200
+/// copy figure (0.92-0.94x torch's batched cat kernel).
+constexpr int kPlainRowThreads = 256;
+template <int EB, class I>
+__global__ void __launch_bounds__(kPlainRowThreads) plain_rows_kernel(const CopyParams p) {
+  using W = typename Word<EB>::type;
+  const W* in = reinterpret_cast<const W*>(p.in);
+  W* out = reinterpret_cast<W*>(p.out);
+  const int inner = p.rank - 1;
+  const I n = static_cast<I>(p.d[inner].out_size);
+  I rows = 1;
+  for (int d = 0; d < inner; ++d) rows *= static_cast<I>(p.d[d].out_size);
+  constexpr I kSpan = 2 * kPlainRowThreads;
+  for (I row = blockIdx.y; row < rows; row += gridDim.y) {
+    I rem = row, oo = 0, io = 0;
+#pragma unroll
+    for (int d = kRank - 1; d >= 0; --d) {
+      if (d >= inner) continue;
+      const I size = static_cast<I>(p.d[d].out_size);
+      const I c = rem % size;
+      rem /= size;
+      oo += c * static_cast<I>(p.d[d].out_stride);
+      io += c * static_cast<I>(p.d[d].in_stride);
+    }
+    for (I c = static_cast<I>(blockIdx.x) * kSpan + threadIdx.x; c < n; c += static_cast<I>(gridDim.x) * kSpan) {
+      const I c2 = c + kPlainRowThreads;
+      const bool has2 = c2 < n;
+      const W v1 = in[io + c];
+      W v2{};
+      if (has2) v2 = in[io + c2];
+      out[oo + c] = v1;
+      if (has2) out[oo + c2] = v2;
+    }
+  }
+}
+
 // ---- the row variant (pad's forward) ------------------------------------------------------------
 /// Output and input offsets of the linear index r over the dims [d0, d1) (the last fastest), and
 /// whether every mapped coordinate lands inside the input.
@@ -499,9 +538,16 @@ __global__ void __launch_bounds__(kTileDim* kTileRows) transpose_words_kernel(co
 
 template <int EB, class I>
 cudaError_t copy_with(const CopyParams& p, cudaStream_t stream) {
-  bool plain = p.in != nullptr && p.tri_row < 0;
-  for (int d = 0; d < p.rank && plain; ++d)
-    plain = p.d[d].mode == kIdentity && p.d[d].a == 0 && p.d[d].in_size == p.d[d].out_size;
+  if (plain_rows_ok(p)) {
+    const int64_t n = p.d[p.rank - 1].out_size;
+    const int64_t rows = p.total / n;
+    const int64_t span = 2 * kPlainRowThreads;
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((n + span - 1) / span, int64_t{1} << 20)),
+                    static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+    plain_rows_kernel<EB, I><<<grid, kPlainRowThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
+  const bool plain = plain_copy(p);
   const int64_t blocks = std::min<int64_t>((p.total + 1023) / 1024, int64_t{1} << 20);
   if (plain)
     mapped_copy_kernel<EB, I, true><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
@@ -880,6 +926,20 @@ cudaError_t launch_row_copy(const CopyParams& p, int elem_bytes, bool i64, cudaS
   if (!row_copy_ok(p, elem_bytes)) return cudaErrorInvalidValue;
   return with_row_bytes(elem_bytes, cudaErrorInvalidValue,
                         [&](auto eb) { return row_copy_with<decltype(eb)::value>(p, i64, stream); });
+}
+
+bool plain_copy(const CopyParams& p) {
+  bool plain = p.in != nullptr && p.tri_row < 0;
+  for (int d = 0; d < p.rank && plain; ++d)
+    plain = p.d[d].mode == kIdentity && p.d[d].a == 0 && p.d[d].in_size == p.d[d].out_size;
+  return plain;
+}
+
+bool plain_rows_ok(const CopyParams& p) {
+  // A whole block's span of words a row (or one flat run), so few threads idle at the row ends.
+  if (!plain_copy(p) || p.rank < 1 || p.total == 0) return false;
+  const MapDim& m = p.d[p.rank - 1];
+  return m.out_stride == 1 && m.in_stride == 1 && (p.rank == 1 || m.out_size >= 2 * kPlainRowThreads);
 }
 
 cudaError_t launch_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream) {

@@ -52,6 +52,12 @@ struct CopyParams {
   alignas(16) unsigned char fill[16] = {};
 };
 
+/// Every dim the identity map (no pad, flip, roll, repeat, fill or triangle): a strided copy.
+bool plain_copy(const CopyParams& p);
+/// launch_copy's row kernel for plain copies whose innermost dim is unit-stride on both sides and
+/// at least 512 elements long (or the only dim): the outer coordinates decomposed once a row.
+/// Host-only (shapes and strides).
+bool plain_rows_ok(const CopyParams& p);
 /// Element sizes 1, 2, 4, 8, 16 bytes; i64 selects 64-bit index arithmetic.
 cudaError_t launch_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream);
 

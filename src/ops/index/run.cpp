@@ -95,11 +95,10 @@ struct Lowered {
   std::string layout() const {
     if (empty) return "empty";
     if (transpose) return "tiled-transpose-" + std::to_string(eb) + "B" + (tp.words ? "-words" : "");
-    bool plain = cp.in != nullptr && cp.tri_row < 0;
-    for (int d = 0; d < cp.rank; ++d)
-      plain = plain && cp.d[d].mode == ix::kIdentity && cp.d[d].a == 0 && cp.d[d].in_size == cp.d[d].out_size;
-    return std::string(cp.in == nullptr ? "fill"
-                       : plain          ? "strided-copy"
+    const bool plain = ix::plain_copy(cp);
+    return std::string(cp.in == nullptr         ? "fill"
+                       : ix::plain_rows_ok(cp) ? "row-copy"
+                       : plain                 ? "strided-copy"
                        : rows           ? (ix::row_copy_words(cp, eb) ? "mapped-rows-words" : "mapped-rows")
                                         : "mapped-copy") +
            "-" + std::to_string(eb) + "B-" + (i64 ? "i64" : "i32");
