@@ -58,6 +58,14 @@ bool plain_copy(const CopyParams& p);
 /// at least 512 elements long (or the only dim): the outer coordinates decomposed once a row.
 /// Host-only (shapes and strides).
 bool plain_rows_ok(const CopyParams& p);
+/// Up to kCopyBatch plain row copies of one element size and index width in one launch (cat /
+/// stack: the inputs share a grid and its tail). Each job must pass plain_rows_ok.
+inline constexpr int kCopyBatch = 4;
+struct CopyBatch {
+  CopyParams job[kCopyBatch];
+  int count = 0;
+};
+cudaError_t launch_plain_rows(const CopyBatch& b, int elem_bytes, bool i64, cudaStream_t stream);
 /// Element sizes 1, 2, 4, 8, 16 bytes; i64 selects 64-bit index arithmetic.
 cudaError_t launch_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream);
 

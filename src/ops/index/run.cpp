@@ -914,10 +914,31 @@ Result<void> IndexPlan::run(cudaStream_t stream, Workspace ws, const IndexArgs& 
     return {};
   }
   if (in.engine == IndexEngine::copy) {
-    for (const CopyJob& j : copy_jobs(d, a))
-      if (const cudaError_t e = launch_lowered(lower_copy(j, allow_vectorized_, d.op == IndexOp::pad), stream);
-          e != cudaSuccess)
+    // Consecutive plain row copies of one element size and index width (cat / stack inputs) go
+    // out together, kCopyBatch a launch; anything else launches alone.
+    ix::CopyBatch batch;
+    int batch_eb = 0;
+    bool batch_i64 = false;
+    auto flush = [&]() -> cudaError_t {
+      if (batch.count == 0) return cudaSuccess;
+      const cudaError_t e = ix::launch_plain_rows(batch, batch_eb, batch_i64, stream);
+      batch.count = 0;
+      return e;
+    };
+    for (const CopyJob& j : copy_jobs(d, a)) {
+      const Lowered L = lower_copy(j, allow_vectorized_, d.op == IndexOp::pad);
+      const bool rows = !L.empty && !L.transpose && !L.rows && ix::plain_rows_ok(L.cp);
+      if (batch.count > 0 && (!rows || L.eb != batch_eb || L.i64 != batch_i64 || batch.count == ix::kCopyBatch))
+        if (const cudaError_t e = flush(); e != cudaSuccess) return cuda_error(label, "kernel launch", e);
+      if (rows) {
+        batch.job[batch.count++] = L.cp;
+        batch_eb = L.eb;
+        batch_i64 = L.i64;
+      } else if (const cudaError_t e = launch_lowered(L, stream); e != cudaSuccess) {
         return cuda_error(label, "kernel launch", e);
+      }
+    }
+    if (const cudaError_t e = flush(); e != cudaSuccess) return cuda_error(label, "kernel launch", e);
     return {};
   }
 
