@@ -152,8 +152,6 @@ struct ChannelLaunch {
   double lrn_alpha = 1e-4, lrn_beta = 0.75, lrn_k = 1.0;
 };
 
-using ChannelLaunchFn = cudaError_t (*)(const ChannelLaunch& p, cudaStream_t stream);
-
 /// The launcher of one (dtype, direction); explicitly instantiated in channel_<dtype>_<dir>.cu.
 template <DType D, Direction Dir>
 cudaError_t channel_launch(const ChannelLaunch& p, cudaStream_t stream);

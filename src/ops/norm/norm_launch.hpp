@@ -88,8 +88,6 @@ struct NormLaunch {
   bool vec = false;
 };
 
-using NormLaunchFn = cudaError_t (*)(const NormLaunch& p, cudaStream_t stream);
-
 /// The launcher of one (dtype, direction); explicitly instantiated in norm_<dtype>_<dir>.cu.
 template <DType D, Direction Dir>
 cudaError_t norm_launch(const NormLaunch& p, cudaStream_t stream);

@@ -828,20 +828,27 @@ Result<void> channel_can_implement(const NormPlan& plan, const NormArgs& a) {
   return {};
 }
 
-struct ChannelLauncher {
-  DType dtype;
-  detail::ChannelLaunchFn fw, bw;
-};
-constexpr ChannelLauncher kChannelLaunchers[] = {
-    {DType::f32, &detail::channel_launch<DType::f32, Direction::Forward>,
-     &detail::channel_launch<DType::f32, Direction::Backward>},
-    {DType::f16, &detail::channel_launch<DType::f16, Direction::Forward>,
-     &detail::channel_launch<DType::f16, Direction::Backward>},
-    {DType::bf16, &detail::channel_launch<DType::bf16, Direction::Forward>,
-     &detail::channel_launch<DType::bf16, Direction::Backward>},
-    {DType::f64, &detail::channel_launch<DType::f64, Direction::Forward>,
-     &detail::channel_launch<DType::f64, Direction::Backward>},
-};
+/// Calls f.template operator()<D>() with the kernel dtype D of dt (the family's f32, f16, bf16,
+/// f64 instantiations, row and channel kernels alike); false for any other dtype.
+template <class F>
+bool with_kernel_dtype(DType dt, F&& f) {
+  switch (dt) {
+    case DType::f32:
+      f.template operator()<DType::f32>();
+      return true;
+    case DType::f16:
+      f.template operator()<DType::f16>();
+      return true;
+    case DType::bf16:
+      f.template operator()<DType::bf16>();
+      return true;
+    case DType::f64:
+      f.template operator()<DType::f64>();
+      return true;
+    default:
+      return false;
+  }
+}
 
 Result<void> channel_run(const NormPlan& plan, bool allow_vec, cudaStream_t stream, Workspace ws, const NormArgs& a) {
   const NormDesc& d = plan.desc();
@@ -912,14 +919,14 @@ Result<void> channel_run(const NormPlan& plan, bool allow_vec, cudaStream_t stre
     if (bw && p.group_mode && pgrad) p.rstat = base + w.rstat;
     if (!bw && d.op == NormOp::instance_norm && d.training && d.running_stats) p.gstat = base + w.gstat;
   }
-  for (const auto& r : kChannelLaunchers) {
-    if (r.dtype != d.dtype) continue;
-    const cudaError_t e = (bw ? r.bw : r.fw)(p, stream);
-    if (e != cudaSuccess)
-      return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
-    return {};
-  }
-  return unsupported(label + ": no kernel for dtype " + dname(d.dtype));
+  cudaError_t e = cudaSuccess;
+  if (!with_kernel_dtype(d.dtype, [&]<DType D>() {
+        e = bw ? detail::channel_launch<D, Direction::Backward>(p, stream)
+               : detail::channel_launch<D, Direction::Forward>(p, stream);
+      }))
+    return unsupported(label + ": no kernel for dtype " + dname(d.dtype));
+  if (e != cudaSuccess) return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
+  return {};
 }
 }  // namespace
 
@@ -1139,20 +1146,6 @@ Geometry geometry(const NormDesc& d, const NormArgs& a, int64_t n) {
   return g;
 }
 
-struct LaunchRow {
-  DType dtype;
-  detail::NormLaunchFn fw, bw;
-};
-constexpr LaunchRow kLaunchers[] = {
-    {DType::f32, &detail::norm_launch<DType::f32, Direction::Forward>,
-     &detail::norm_launch<DType::f32, Direction::Backward>},
-    {DType::f16, &detail::norm_launch<DType::f16, Direction::Forward>,
-     &detail::norm_launch<DType::f16, Direction::Backward>},
-    {DType::bf16, &detail::norm_launch<DType::bf16, Direction::Forward>,
-     &detail::norm_launch<DType::bf16, Direction::Backward>},
-    {DType::f64, &detail::norm_launch<DType::f64, Direction::Forward>,
-     &detail::norm_launch<DType::f64, Direction::Backward>},
-};
 }  // namespace
 
 std::string NormPlan::layout_for(const NormArgs& a) const {
@@ -1235,14 +1228,14 @@ Result<void> NormPlan::run(cudaStream_t stream, Workspace ws, const NormArgs& a)
     p.big = true;
     p.cluster = 1;
   }
-  for (const auto& r : kLaunchers) {
-    if (r.dtype != desc_.dtype) continue;
-    const cudaError_t e = (bw ? r.bw : r.fw)(p, stream);
-    if (e != cudaSuccess)
-      return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
-    return {};
-  }
-  return unsupported(label + ": no kernel for dtype " + dname(desc_.dtype));
+  cudaError_t e = cudaSuccess;
+  if (!with_kernel_dtype(desc_.dtype, [&]<DType D>() {
+        e = bw ? detail::norm_launch<D, Direction::Backward>(p, stream)
+               : detail::norm_launch<D, Direction::Forward>(p, stream);
+      }))
+    return unsupported(label + ": no kernel for dtype " + dname(desc_.dtype));
+  if (e != cudaSuccess) return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
+  return {};
 }
 
 // ---- convenience ---------------------------------------------------------------------------------
