@@ -443,7 +443,7 @@ TEST(IndexLayout, CopyVariants) {
   a.x = ref_of(0, DType::bf16, Layout::contiguous({64, 128}));
   a.out = mut_of(1, DType::bf16, Layout::contiguous({64, 128}));
   EXPECT_EQ(plan->layout_for(a), "row-copy-16B-i32");  // merged to 1-d, widened to 8 x bf16
-  a.x.layout = strided({64, 128}, {1, 64});                // a transposed input: tiles of 4-element words
+  a.x.layout = strided({64, 128}, {1, 64});            // a transposed input: tiles of 4-element words
   EXPECT_EQ(plan->layout_for(a), "tiled-transpose-2B-words");
   {
     // 4- and 8-byte elements move as words of two (8 / 16 bytes), while sizes and pointers allow.
@@ -477,7 +477,7 @@ TEST(IndexLayout, CopyVariants) {
   a.x.data = fake_ptr(0, 4);  // 4-byte aligned: 4-byte words
   EXPECT_EQ(plan->layout_for(a), "row-copy-4B-i32");
   a.x.data = fake_ptr(0);
-  a.x.layout = strided({64, 128}, {0, 1});  // expand of a row: stride 0 kept
+  a.x.layout = strided({64, 128}, {0, 1});                 // expand of a row: stride 0 kept
   EXPECT_EQ(plan->layout_for(a), "strided-copy-16B-i32");  // rows of 16 words: per element
 
   {

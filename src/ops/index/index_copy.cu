@@ -961,38 +961,16 @@ cudaError_t launch_plain_rows(const CopyBatch& b, int elem_bytes, bool i64, cuda
   if (b.count < 1 || b.count > kCopyBatch) return cudaErrorInvalidValue;
   for (int j = 0; j < b.count; ++j)
     if (!plain_rows_ok(b.job[j])) return cudaErrorInvalidValue;
-  switch (elem_bytes) {
-    case 1:
-      return i64 ? plain_rows_with<1, int64_t>(b, stream) : plain_rows_with<1, int32_t>(b, stream);
-    case 2:
-      return i64 ? plain_rows_with<2, int64_t>(b, stream) : plain_rows_with<2, int32_t>(b, stream);
-    case 4:
-      return i64 ? plain_rows_with<4, int64_t>(b, stream) : plain_rows_with<4, int32_t>(b, stream);
-    case 8:
-      return i64 ? plain_rows_with<8, int64_t>(b, stream) : plain_rows_with<8, int32_t>(b, stream);
-    case 16:
-      return i64 ? plain_rows_with<16, int64_t>(b, stream) : plain_rows_with<16, int32_t>(b, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return by_bytes(elem_bytes, [&]<int EB>() {
+    return i64 ? plain_rows_with<EB, int64_t>(b, stream) : plain_rows_with<EB, int32_t>(b, stream);
+  });
 }
 
 cudaError_t launch_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream) {
   if (p.total == 0) return cudaSuccess;
-  switch (elem_bytes) {
-    case 1:
-      return i64 ? copy_with<1, int64_t>(p, stream) : copy_with<1, int32_t>(p, stream);
-    case 2:
-      return i64 ? copy_with<2, int64_t>(p, stream) : copy_with<2, int32_t>(p, stream);
-    case 4:
-      return i64 ? copy_with<4, int64_t>(p, stream) : copy_with<4, int32_t>(p, stream);
-    case 8:
-      return i64 ? copy_with<8, int64_t>(p, stream) : copy_with<8, int32_t>(p, stream);
-    case 16:
-      return i64 ? copy_with<16, int64_t>(p, stream) : copy_with<16, int32_t>(p, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  return by_bytes(elem_bytes, [&]<int EB>() {
+    return i64 ? copy_with<EB, int64_t>(p, stream) : copy_with<EB, int32_t>(p, stream);
+  });
 }
 
 int transpose_words_bytes(const TransposeParams& p, int elem_bytes) {

@@ -96,11 +96,11 @@ struct Lowered {
     if (empty) return "empty";
     if (transpose) return "tiled-transpose-" + std::to_string(eb) + "B" + (tp.words ? "-words" : "");
     const bool plain = ix::plain_copy(cp);
-    return std::string(cp.in == nullptr         ? "fill"
+    return std::string(cp.in == nullptr        ? "fill"
                        : ix::plain_rows_ok(cp) ? "row-copy"
                        : plain                 ? "strided-copy"
-                       : rows           ? (ix::row_copy_words(cp, eb) ? "mapped-rows-words" : "mapped-rows")
-                                        : "mapped-copy") +
+                       : rows                  ? (ix::row_copy_words(cp, eb) ? "mapped-rows-words" : "mapped-rows")
+                                               : "mapped-copy") +
            "-" + std::to_string(eb) + "B-" + (i64 ? "i64" : "i32");
   }
 };

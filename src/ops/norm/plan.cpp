@@ -828,26 +828,31 @@ Result<void> channel_can_implement(const NormPlan& plan, const NormArgs& a) {
   return {};
 }
 
-/// Calls f.template operator()<D>() with the kernel dtype D of dt (the family's f32, f16, bf16,
-/// f64 instantiations, row and channel kernels alike); false for any other dtype.
+/// Launches launch.template operator()<D>() (a cudaError_t) with the kernel dtype D of dt: the
+/// family's f32, f16, bf16 and f64 instantiations, row and channel kernels alike. An error names
+/// the op (label) and the dtype or the CUDA error.
 template <class F>
-bool with_kernel_dtype(DType dt, F&& f) {
+Result<void> launch_by_dtype(DType dt, const std::string& label, F&& launch) {
+  cudaError_t e = cudaSuccess;
   switch (dt) {
     case DType::f32:
-      f.template operator()<DType::f32>();
-      return true;
+      e = launch.template operator()<DType::f32>();
+      break;
     case DType::f16:
-      f.template operator()<DType::f16>();
-      return true;
+      e = launch.template operator()<DType::f16>();
+      break;
     case DType::bf16:
-      f.template operator()<DType::bf16>();
-      return true;
+      e = launch.template operator()<DType::bf16>();
+      break;
     case DType::f64:
-      f.template operator()<DType::f64>();
-      return true;
+      e = launch.template operator()<DType::f64>();
+      break;
     default:
-      return false;
+      return unsupported(label + ": no kernel for dtype " + dname(dt));
   }
+  if (e != cudaSuccess)
+    return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
+  return {};
 }
 
 Result<void> channel_run(const NormPlan& plan, bool allow_vec, cudaStream_t stream, Workspace ws, const NormArgs& a) {
@@ -919,14 +924,10 @@ Result<void> channel_run(const NormPlan& plan, bool allow_vec, cudaStream_t stre
     if (bw && p.group_mode && pgrad) p.rstat = base + w.rstat;
     if (!bw && d.op == NormOp::instance_norm && d.training && d.running_stats) p.gstat = base + w.gstat;
   }
-  cudaError_t e = cudaSuccess;
-  if (!with_kernel_dtype(d.dtype, [&]<DType D>() {
-        e = bw ? detail::channel_launch<D, Direction::Backward>(p, stream)
-               : detail::channel_launch<D, Direction::Forward>(p, stream);
-      }))
-    return unsupported(label + ": no kernel for dtype " + dname(d.dtype));
-  if (e != cudaSuccess) return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
-  return {};
+  return launch_by_dtype(d.dtype, label, [&]<DType D>() {
+    return bw ? detail::channel_launch<D, Direction::Backward>(p, stream)
+              : detail::channel_launch<D, Direction::Forward>(p, stream);
+  });
 }
 }  // namespace
 
@@ -1228,14 +1229,10 @@ Result<void> NormPlan::run(cudaStream_t stream, Workspace ws, const NormArgs& a)
     p.big = true;
     p.cluster = 1;
   }
-  cudaError_t e = cudaSuccess;
-  if (!with_kernel_dtype(desc_.dtype, [&]<DType D>() {
-        e = bw ? detail::norm_launch<D, Direction::Backward>(p, stream)
-               : detail::norm_launch<D, Direction::Forward>(p, stream);
-      }))
-    return unsupported(label + ": no kernel for dtype " + dname(desc_.dtype));
-  if (e != cudaSuccess) return make_error(Status::CudaError, label + ": kernel launch failed: " + cudaGetErrorString(e));
-  return {};
+  return launch_by_dtype(desc_.dtype, label, [&]<DType D>() {
+    return bw ? detail::norm_launch<D, Direction::Backward>(p, stream)
+              : detail::norm_launch<D, Direction::Forward>(p, stream);
+  });
 }
 
 // ---- convenience ---------------------------------------------------------------------------------
