@@ -119,6 +119,7 @@ __global__ void __launch_bounds__(256) mapped_copy_kernel(const CopyParams p) {
 /// One launch covers up to kCopyBatch copies (cat / stack inputs: blockIdx.z picks the job), so
 /// the inputs share one grid and one tail instead of a launch each.
 constexpr int kPlainRowThreads = 256;
+static_assert(sizeof(CopyBatch) <= 4096, "CopyBatch travels as a kernel parameter: 4 KB of parameter space");
 template <int EB, class I>
 __global__ void __launch_bounds__(kPlainRowThreads) plain_rows_kernel(const CopyBatch b) {
   const CopyParams& p = b.job[blockIdx.z];
