@@ -408,6 +408,41 @@ def test_lut16_large_tensor(name, dtype):
                                atol=1e-5)
 
 
+# 16-bit ops whose direct kernel is issue-bound only where DRAM outpaces the SMs (plan.cpp
+# lut16_cost against lut16.hpp's ew_issue_budget): the H200 reads the table, an H100 SXM does not.
+_LUT16_ISSUE_BOUND = ["sin", "cos", "tan", "asin", "acos", "erf", "erfc", "sinc", "log2", "log10", "softplus"]
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", _LUT16_ISSUE_BOUND)
+def test_lut16_issue_bound_ops(name, dtype):
+    """Large contiguous tensors of these ops give the direct kernel's results bit for bit (NaN
+    payloads too) whichever path the device takes; the H200 takes the table, an H100 SXM the
+    direct kernel."""
+    from baracuda import _C
+    from baracuda._autograd import dl
+
+    dt = getattr(torch, dtype)
+    fn = getattr(F, name)
+    every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dt).cuda()
+    g = torch.Generator(device="cuda").manual_seed(7)
+    idx = torch.randint(0, 65536, (64 * 65536 + 3,), device="cuda", generator=g)
+    x = every[idx]
+    params = [1.0, 20.0] if name == "softplus" else []
+    sku = _C.sku(name, False, [dl(x)], [dl(torch.empty_like(x))], params)
+    gpu = torch.cuda.get_device_name()
+    if "H200" in gpu:
+        assert "layout=contiguous-lut16" in sku, sku
+    elif "H100 80GB HBM3" in gpu:
+        assert "lut16" not in sku, sku
+    got = fn(x)
+    direct = fn(every)  # 65536 elements: below the table's threshold, the direct kernel
+    assert torch.equal(got.view(torch.int16), direct[idx].view(torch.int16)), f"{name}: table != direct kernel"
+    want = getattr(torch, name)(x) if name != "softplus" else torch.nn.functional.softplus(x)
+    assert torch.equal(torch.isnan(got), torch.isnan(want)), f"{name}: NaN positions differ"
+
+
 @needs_cuda
 @pytest.mark.parametrize("name", ["lgamma", "digamma", "polygamma1"])
 def test_short_math_f32_dense(name):

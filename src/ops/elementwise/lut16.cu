@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -17,35 +18,47 @@ namespace baracuda::detail {
 namespace {
 
 constexpr int kLutThreads = 1024;     // one CTA an SM (the table takes 128 KiB of shared memory)
-constexpr int kLutUnroll = 4;         // 16-byte loads in flight a thread: 64 KiB an SM, past Little's law
+constexpr int kLutUnroll = 2;         // 16-byte loads a thread a trip, double-buffered (see below)
 constexpr int kLutWords = 65536 / 8;  // the table as uint4
 constexpr size_t kLutSmemBytes = 65536 * sizeof(uint16_t);
 
 __device__ __forceinline__ uint32_t lut_pair(const uint16_t* t, uint32_t w) {
   return static_cast<uint32_t>(t[w & 0xffffu]) | (static_cast<uint32_t>(t[w >> 16]) << 16);
 }
+__device__ __forceinline__ uint4 lut_word(const uint16_t* t, const uint4 v) {
+  return make_uint4(lut_pair(t, v.x), lut_pair(t, v.y), lut_pair(t, v.z), lut_pair(t, v.w));
+}
 
+/// Grid-stride over the 16-byte words with a register double buffer: a thread issues the next
+/// trip's kLutUnroll loads before the current trip's lookups and stores, so its loads stay in
+/// flight through the shared-memory lookups (one CTA an SM has no other CTA to cover them). The
+/// first trip's loads are issued before the table is staged. H200, 2^27 bf16 (devx driver, back
+/// to back): 4 loads then 4 stores a trip 151-153 us, this 147-148, a per-thread cp.async ring of
+/// 4-6 stages 143-150, a 16-byte copy kernel of the same shape without the lookups 142.
 __global__ void __launch_bounds__(kLutThreads, 1)
     lut16_kernel(const uint4* __restrict__ table, const uint4* __restrict__ in, uint4* __restrict__ out, int64_t nvec,
                  const uint16_t* __restrict__ in_tail, uint16_t* __restrict__ out_tail, int tail) {
   extern __shared__ uint4 smem[];
-  for (int i = threadIdx.x; i < kLutWords; i += kLutThreads) smem[i] = __ldg(table + i);
-  __syncthreads();
-  const uint16_t* t = reinterpret_cast<const uint16_t*>(smem);
   const int64_t stride = int64_t(gridDim.x) * kLutThreads;
   int64_t i = int64_t(blockIdx.x) * kLutThreads + threadIdx.x;
-  for (; i + (kLutUnroll - 1) * stride < nvec; i += kLutUnroll * stride) {
-    uint4 v[kLutUnroll];
+  uint4 cur[kLutUnroll];
 #pragma unroll
-    for (int u = 0; u < kLutUnroll; ++u) v[u] = __ldcs(in + i + u * stride);  // streamed: read once
+  for (int u = 0; u < kLutUnroll; ++u) cur[u] = i + u * stride < nvec ? __ldcs(in + i + u * stride) : uint4{};
+  for (int k = threadIdx.x; k < kLutWords; k += kLutThreads) smem[k] = __ldg(table + k);
+  __syncthreads();
+  const uint16_t* t = reinterpret_cast<const uint16_t*>(smem);
+  for (; i < nvec; i += kLutUnroll * stride) {
+    uint4 next[kLutUnroll];
+#pragma unroll
+    for (int u = 0; u < kLutUnroll; ++u) {
+      const int64_t j = i + (kLutUnroll + u) * stride;
+      next[u] = j < nvec ? __ldcs(in + j) : uint4{};
+    }
 #pragma unroll
     for (int u = 0; u < kLutUnroll; ++u)
-      __stcs(out + i + u * stride,
-             make_uint4(lut_pair(t, v[u].x), lut_pair(t, v[u].y), lut_pair(t, v[u].z), lut_pair(t, v[u].w)));
-  }
-  for (; i < nvec; i += stride) {
-    const uint4 v = __ldcs(in + i);
-    __stcs(out + i, make_uint4(lut_pair(t, v.x), lut_pair(t, v.y), lut_pair(t, v.z), lut_pair(t, v.w)));
+      if (i + u * stride < nvec) __stcs(out + i + u * stride, lut_word(t, cur[u]));
+#pragma unroll
+    for (int u = 0; u < kLutUnroll; ++u) cur[u] = next[u];
   }
   if (blockIdx.x == 0 && threadIdx.x < tail) out_tail[threadIdx.x] = t[in_tail[threadIdx.x]];
 }
@@ -114,6 +127,28 @@ const uint16_t* ew_lut16_table(const EwEntry* e, const EwParams& p) {
   auto it = tables.find(key);
   if (it == tables.end()) it = tables.emplace(key, build_table(e, p)).first;  // a failure is remembered too
   return it->second;
+}
+
+int ew_issue_budget(int device) {
+  static std::atomic<int> cache[64];  // 0: not asked yet
+  if (device < 0) return 0;
+  if (device < 64)
+    if (const int b = cache[device].load(std::memory_order_relaxed)) return b;
+  int sms = 0, sm_khz = 0, mem_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess || mem_khz <= 0 ||
+      bus_bits <= 0) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  // Peak DRAM bytes a second (double data rate) over the 4 bytes a 16-bit unary element moves;
+  // an SM issues 4 warp instructions (128 thread instructions) a clock.
+  const double elems_per_s = 2.0 * mem_khz * 1e3 * (bus_bits / 8.0) / 4.0;
+  const int b = std::max(1, static_cast<int>(128.0 * sms * sm_khz * 1e3 / elems_per_s));
+  if (device < 64) cache[device].store(b, std::memory_order_relaxed);
+  return b;
 }
 
 cudaError_t ew_lut16_launch(const uint16_t* table, const void* in, void* out, int64_t n, int num_sms,

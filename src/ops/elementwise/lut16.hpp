@@ -25,6 +25,12 @@ inline constexpr int64_t kLut16MinNumel = int64_t{1} << 22;
 /// Thread-safe. Never called during run(): plans request it in select().
 const uint16_t* ew_lut16_table(const EwEntry* entry, const EwParams& p);
 
+/// Thread instructions the device can issue per element of a 16-bit unary op streamed at its peak
+/// DRAM bandwidth (SMs x 128 a clock x SM clock / (bandwidth / 4 bytes)): ~40 on an H100 SXM,
+/// ~28 on an H200 (same SMs, 1.4x the bandwidth). 0 when the attributes are unavailable.
+/// An op whose direct kernel issues more than this per element is issue-bound there.
+int ew_issue_budget(int device);
+
 /// out[i] = table[in[i]] for n contiguous 16-bit elements; `in` and `out` 16-byte aligned.
 cudaError_t ew_lut16_launch(const uint16_t* table, const void* in, void* out, int64_t n, int num_sms,
                             cudaStream_t stream);
