@@ -50,6 +50,15 @@ if torch is not None:
     _DL_SPECIAL |= {d for d in (getattr(torch, n, None) for n in ("complex32", "complex64", "complex128")) if d}
 
 
+def philox_seed(generator=None, bound=1 << 62):
+    """A Philox key for in-kernel noise in [0, bound), drawn from `generator` (torch's default CPU
+    generator when None), so torch.manual_seed makes the RNG path reproducible. rrelu's key is a
+    double parameter of the elementwise table and takes bound=2**53 (exact in a double)."""
+    if generator is None:
+        return int(torch.randint(0, bound, (), dtype=torch.int64).item())
+    return int(torch.randint(0, bound, (), dtype=torch.int64, generator=generator, device=generator.device).item())
+
+
 def current_stream(device):
     """torch's current cudaStream_t on `device` (a torch.device or a device index), as an integer."""
     if isinstance(device, int):

@@ -14,7 +14,8 @@ import numbers
 
 from . import _C
 from ._autograd import (OPS, CastFunction, EwFunction, GatedFunction, cast_raw, current_stream, dl, gated_backward,
-                        grad_indices, halves, launch, needs_inputs, needs_output, require_torch, run_backward, torch)
+                        grad_indices, halves, launch, needs_inputs, needs_output, philox_seed, require_torch, run_backward,
+                        torch)
 
 __all__ = []
 _Tensor = torch.Tensor if torch is not None else None
@@ -471,12 +472,22 @@ def lerp(input, end, weight, *, out=None):
     return _ew("lerp_scalar", [input, end], [float(weight)], out)
 
 
-def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
-    """F.rrelu in eval mode (slope (lower + upper) / 2)."""
-    if training:
-        raise NotImplementedError("rrelu(training=True) samples random slopes and needs baracuda's random "
-                                  "family, which is not implemented; use training=False (rrelu_eval)")
-    return _ew("rrelu_eval", [input], [float(lower), float(upper)], input if inplace else None)
+def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False, *, generator=None, seed=None,
+          offset=0):
+    """F.rrelu. training=False: slope (lower + upper) / 2 (the rrelu_eval row). training=True (the
+    rrelu_train row): each element x <= 0 takes its own slope ~ U(lower, upper), as torch's
+    rrelu_with_noise; the slope is drawn in the kernel from Philox4x32-10 keyed by `seed` at
+    counter block `offset` and the element's index in the input's logical order, so the same
+    (seed, offset) gives the same slopes whatever the strides, and the backward regenerates them
+    (no noise tensor is stored). Without `seed` the key (< 2^53) is drawn from `generator`
+    (torch's default generator when None): torch.manual_seed makes it reproducible. The values
+    are not torch's (a different random stream); their distribution is."""
+    if not training:
+        return _ew("rrelu_eval", [input], [float(lower), float(upper)], input if inplace else None)
+    if seed is None:
+        seed = philox_seed(generator, 1 << 53)
+    return _ew("rrelu_train", [input], [float(lower), float(upper), float(seed), float(offset)],
+               input if inplace else None)
 
 
 def prelu(input, weight):

@@ -18,7 +18,7 @@ norm that do not merge into one strided dim are copied to a contiguous tensor fi
 import math
 
 from . import _C
-from ._autograd import current_stream, dl, require_torch, torch
+from ._autograd import current_stream, dl, philox_seed, require_torch, torch
 
 __all__ = ["softmax", "log_softmax", "masked_softmax", "masked_log_softmax", "normalize", "sparsemax",
            "gumbel_softmax", "layer_norm",
@@ -548,18 +548,6 @@ def sparsemax(input, dim=-1):
     return _sparsemax_fw(input, dim)
 
 
-_SEED_BOUND = 1 << 62  # randint's bound must fit in int64
-
-
-def _gumbel_seed(generator):
-    """A Philox key drawn from `generator` (torch's default CPU generator when None), so
-    torch.manual_seed makes the RNG path reproducible."""
-    if generator is None:
-        return int(torch.randint(0, _SEED_BOUND, (), dtype=torch.int64).item())
-    return int(torch.randint(0, _SEED_BOUND, (), dtype=torch.int64, generator=generator,
-                             device=generator.device).item())
-
-
 def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1, *, generator=None, seed=None, offset=0,
                    noise=None):
     """torch.nn.functional.gumbel_softmax: softmax((logits + g) / tau) along `dim` with Gumbel(0, 1)
@@ -569,7 +557,7 @@ def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1, *, generator=
 
     The noise is drawn in the kernel from Philox4x32-10 keyed by `seed` at counter block `offset`
     (the same (seed, offset) gives the same noise whatever the strides; see
-    src/ops/norm/norm_philox.hpp); without `seed` the key is drawn from `generator` (torch's default
+    src/kernels/common/philox.hpp); without `seed` the key is drawn from `generator` (torch's default
     generator when None). `noise` (logits' shape) supplies g itself instead, e.g. to reproduce
     torch's formula exactly. `eps` is unused, as in torch."""
     require_torch()
@@ -585,7 +573,7 @@ def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1, *, generator=
         noise = noise.detach().to(logits.dtype).expand_as(logits)
         seed = 0
     elif seed is None:
-        seed = _gumbel_seed(generator)
+        seed = philox_seed(generator)
     seed, offset = int(seed) % (1 << 64), int(offset) % (1 << 64)
     tau, hard = float(tau), bool(hard)
     if _grad_mode(logits):

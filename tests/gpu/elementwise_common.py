@@ -394,6 +394,37 @@ def _round(x, decimals=0):
     return torch.round(x) if decimals == 0 else torch.round(x, decimals=int(decimals))
 
 
+def philox_words(n, seed, offset):
+    """Word i % 4 of Philox4x32-10 call i // 4 keyed by `seed` at counter (call, offset), i < n:
+    the elementwise stream layout of src/kernels/common/philox.hpp, written from the Random123
+    definition in numpy (uint64 lanes hold the 32 x 32-bit products exactly)."""
+    import numpy as np
+    m = np.uint64(0xFFFFFFFF)
+    q = np.arange((n + 3) // 4, dtype=np.uint64)
+    c0, c1 = q & m, q >> np.uint64(32)
+    c2 = np.full_like(q, offset & 0xFFFFFFFF)
+    c3 = np.full_like(q, (offset >> 32) & 0xFFFFFFFF)
+    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64((seed >> 32) & 0xFFFFFFFF)
+    for _ in range(10):
+        p0, p1 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & m, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & m
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & m, (k1 + np.uint64(0xBB67AE85)) & m
+    return np.stack([c0, c1, c2, c3], axis=1).reshape(-1)[:n]
+
+
+def rrelu_train_slopes(shape, lower, upper, seed, offset, device):
+    """The slope of each element (logical row-major order) of rrelu_train, in float64."""
+    import numpy as np
+    n = math.prod(shape)
+    u = ((philox_words(n, int(seed), int(offset)) >> np.uint64(9)).astype(np.float64) + 0.5) * 2.0 ** -23
+    return (lower + torch.from_numpy(u) * (upper - lower)).reshape(shape).to(device)
+
+
+def _rrelu_train(x, lower=0.125, upper=1.0 / 3, seed=0, offset=0):
+    slope = rrelu_train_slopes(tuple(x.shape), lower, upper, seed, offset, x.device)
+    return torch.where(x > 0, x, x * slope.to(x.dtype))
+
+
 def _gated(act):
     def f(x, dim=-1, approximate="none"):
         a, b = _halves(x, dim)
@@ -423,6 +454,7 @@ REFERENCE = {
     "relu6": _float_or(tF.relu6, lambda x: torch.clamp(x, 0, 6)),
     "leaky_relu": lambda x, negative_slope=0.01: tF.leaky_relu(x, negative_slope),
     "rrelu_eval": lambda x, lower=0.125, upper=1.0 / 3: tF.leaky_relu(x, (lower + upper) / 2),
+    "rrelu_train": _rrelu_train,  # torch's rrelu_with_noise formula with our Philox slopes
     "elu": lambda x, alpha=1.0, scale=1.0, input_scale=1.0: torch.ops.aten.elu(x, alpha, scale, input_scale),
     "selu": tF.selu, "celu": lambda x, alpha=1.0: tF.celu(x, alpha),
     "gelu": lambda x, approximate="none": tF.gelu(x, approximate=approximate),
@@ -568,6 +600,7 @@ VARIANTS = [
     ("geglu", "tanh", {"approximate": "tanh"}, None, None),
     ("leaky_relu", "slope0.2", {"negative_slope": 0.2}, None, None),
     ("rrelu_eval", "lower0.1-upper0.5", {"lower": 0.1, "upper": 0.5}, None, None),
+    ("rrelu_train", "seed-offset", {"lower": 0.1, "upper": 0.5, "seed": 123456789012.0, "offset": 5.0}, None, None),
     ("elu", "alpha1.5-scale2-iscale0.5", {"alpha": 1.5, "scale": 2.0, "input_scale": 0.5}, None, None),
     ("celu", "alpha2", {"alpha": 2.0}, None, None),
     ("hardtanh", "range", {"min_val": -2.0, "max_val": 0.5}, {"min_val": -2, "max_val": 5}, None),

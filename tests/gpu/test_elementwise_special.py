@@ -110,9 +110,67 @@ def test_error_cpu_tensor():
         F.exp(torch.ones(4))
 
 
-def test_rrelu_training_not_implemented():
-    with pytest.raises(NotImplementedError, match="random"):
-        F.rrelu(_t([7]), training=True)
+@needs_cuda
+def test_rrelu_training_distribution_matches_torch():
+    """rrelu(training=True): x > 0 passes unchanged; each x <= 0 gets its own slope in
+    [lower, upper], distributed as torch's (mean, spread and a 10-bin histogram of 2^20 slopes
+    within sampling noise of torch's own)."""
+    lower, upper = 0.1, 0.4
+    x = -torch.rand(1 << 20, device="cuda").add_(0.5)  # all negative, |x| >= 0.5
+    torch.manual_seed(1)
+    ours = F.rrelu(x, lower, upper, training=True) / x
+    theirs = torch.nn.functional.rrelu(x, lower, upper, training=True) / x
+    for s in (ours, theirs):
+        assert float(s.min()) >= lower - 1e-6 and float(s.max()) <= upper + 1e-6
+    assert abs(float(ours.mean()) - float(theirs.mean())) < 2e-3
+    assert abs(float(ours.std()) - float(theirs.std())) < 2e-3
+    h_ours = torch.histc(ours, 10, lower, upper) / ours.numel()
+    h_theirs = torch.histc(theirs, 10, lower, upper) / theirs.numel()
+    assert float((h_ours - h_theirs).abs().max()) < 3e-3, (h_ours, h_theirs)
+    pos = torch.rand(4097, device="cuda").add_(0.1)
+    assert torch.equal(F.rrelu(pos, training=True), pos)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.float64])
+def test_rrelu_training_reproducible_and_stride_free(dt):
+    """The same (seed, offset) gives the same slopes whatever the strides; torch.manual_seed makes
+    the default key reproducible; a different offset gives different slopes."""
+    x = torch.randn(129, 67, device="cuda", dtype=dt)
+    xt = x.t()
+    a = F.rrelu(xt, training=True, seed=11, offset=3)
+    b = F.rrelu(xt.contiguous(), training=True, seed=11, offset=3)
+    assert torch.equal(a, b)
+    want = ew._rrelu_train(xt.double(), 0.125, 1.0 / 3, 11, 3)
+    torch.testing.assert_close(a.double(), want, rtol=1.6e-2 if dt == torch.bfloat16 else 2e-6, atol=0)
+    assert not torch.equal(a, F.rrelu(xt, training=True, seed=11, offset=4))
+    torch.manual_seed(7)
+    c = F.rrelu(x, training=True)
+    torch.manual_seed(7)
+    assert torch.equal(c, F.rrelu(x, training=True))
+    y = x.clone()
+    assert F.rrelu(y, training=True, inplace=True, seed=2) is y
+    assert torch.equal(y, F.rrelu(x, training=True, seed=2))
+
+
+@needs_cuda
+def test_rrelu_training_backward_regenerates_slopes():
+    """The backward regenerates the forward's slopes: dx = dy where x > 0, dy * slope elsewhere,
+    the slope read back from the forward's output (torch's rrelu_with_noise_backward with that
+    noise)."""
+    x = torch.randn(1000, 33, device="cuda", dtype=torch.float64).t().requires_grad_()
+    y = F.rrelu(x, 0.2, 0.3, training=True, seed=2**40 + 5)
+    dy = torch.randn_like(y)
+    (dx,) = torch.autograd.grad(y, x, dy)
+    xd = x.detach()
+    noise = torch.where(xd > 0, torch.ones_like(xd), y.detach() / xd)
+    torch.testing.assert_close(dx, dy * noise, rtol=1e-12, atol=0)
+
+
+@needs_cuda
+def test_rrelu_training_bad_bounds():
+    with pytest.raises(ERR, match="rrelu_train"):
+        F.rrelu(_t([7]), 0.5, 0.1, training=True)
 
 
 # ---- interop ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@
 
 #include "baracuda/core/coverage.hpp"
 #include "baracuda/ops/norm.hpp"
-#include "ops/norm/norm_philox.hpp"
+#include "kernels/common/philox.hpp"
 #include "test_util.hpp"
 
 namespace baracuda {

@@ -173,7 +173,7 @@ struct NormDesc {
 ///
 /// gumbel_softmax: `noise` (optional, x's shape and dtype) is the Gumbel noise g itself, as in
 /// torch's formula; without it the kernel draws g = -log(-log(u)) from Philox4x32-10 keyed by
-/// `rng` (src/ops/norm/norm_philox.hpp: the same (seed, offset) gives the same noise whatever
+/// `rng` (src/kernels/common/philox.hpp: the same (seed, offset) gives the same noise whatever
 /// the strides or the GPU). `y_soft` (hard only, optional) receives the soft sample the backward
 /// reads.
 struct NormRng {

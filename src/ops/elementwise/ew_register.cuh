@@ -35,10 +35,14 @@ struct EwFwd {
   using out_t = OutT;
   static constexpr int nout = 1;
   static constexpr bool short16 = kern::ew_ops::kHasShort16<Op> && kern::ew_ops::kShortMath<M, T>;
+  static constexpr bool indexed = NIN == 0 || kern::ew_ops::kIndexedOp<Op>;
   EwParams p;
   __device__ __forceinline__ void operator()(int64_t idx, const ins& in, out_t (&out)[1]) const {
     if constexpr (NIN == 0) {
       out[0] = convert<OutT>(Op::template gen<M, T>(p, idx));
+    } else if constexpr (kern::ew_ops::kIndexedOp<Op>) {
+      auto r = cuda::std::apply([&](auto... x) { return Op::template fw<M, T>(p, load_as_opmath(x)..., idx); }, in);
+      out[0] = convert<OutT>(r);
     } else {
       auto r = cuda::std::apply([&](auto... x) { return Op::template fw<M, T>(p, load_as_opmath(x)...); }, in);
       if constexpr (OUT == OutRule::Cast) out[0] = convert<OutT>(r, p.d[0] != 0);
@@ -60,10 +64,14 @@ struct EwBwd {
   using out_t = T;
   static constexpr int nout = __builtin_popcount(GradMask);
   static constexpr bool short16 = kern::ew_ops::kHasShort16Bw<Op> && kern::ew_ops::kShortMath<M, T>;
+  static constexpr bool indexed = kern::ew_ops::kIndexedOp<Op>;
   EwParams p;
-  __device__ __forceinline__ void operator()(int64_t, const ins& in, out_t (&out)[nout]) const {
+  __device__ __forceinline__ void operator()([[maybe_unused]] int64_t idx, const ins& in, out_t (&out)[nout]) const {
     M g[3];
-    cuda::std::apply([&](auto... x) { Op::template bw<M, T>(p, load_as_opmath(x)..., g); }, in);
+    if constexpr (indexed)
+      cuda::std::apply([&](auto... x) { Op::template bw<M, T>(p, load_as_opmath(x)..., g, idx); }, in);
+    else
+      cuda::std::apply([&](auto... x) { Op::template bw<M, T>(p, load_as_opmath(x)..., g); }, in);
 #pragma unroll
     for (int k = 0; k < nout; ++k) out[k] = convert<T>(g[k]);
   }
@@ -76,7 +84,7 @@ cudaError_t ew_launch_fn(const EwIter& it, const EwParams& p, bool allow_vec, cu
 
 template <class F>
 EwEntry ew_entry(ElementwiseOp op, Direction dir, DType in, DType out) {
-  return EwEntry{op, dir, in, out, &ew_launch_fn<F>, kern::vec_width<F>(), F::short16};
+  return EwEntry{op, dir, in, out, &ew_launch_fn<F>, kern::vec_width<F>(), F::short16, F::indexed};
 }
 
 template <DTypeSet S, class F>

@@ -19,8 +19,9 @@ struct EwEntry {
   DType in;   // dtype of the (non-bool) inputs
   DType out;  // dtype of the outputs
   EwLaunchFn launch;
-  int vec;    // elements per 16-byte access of the vectorized variant
+  int vec;       // elements per 16-byte access of the vectorized variant
   bool short16;  // 16-bit storage on a short form (functors.cuh SHORT16): the SKU's precision note says so
+  bool indexed;  // the kernel reads the element's logical index (generators, INDEXED ops): keep_order
 };
 
 /// All entries, sorted for lookup.

@@ -12,6 +12,7 @@
 
 #include "core/ew_iter.hpp"
 #include "kernels/common/dtype_traits.cuh"
+#include "kernels/common/philox.hpp"
 #include "kernels/common/short_math.cuh"
 #include "kernels/common/special_math.cuh"
 
@@ -56,6 +57,12 @@ template <class M> inline constexpr bool kF32 = cuda::std::is_same_v<M, float>;
 #define SHORT16_BW static constexpr bool kShort16Bw = true;
 template <class Op> inline constexpr bool kHasShort16 = requires { requires Op::kShort16; };
 template <class Op> inline constexpr bool kHasShort16Bw = requires { requires Op::kShort16Bw; };
+/// An op whose result depends on the element's position (rrelu's noise) declares INDEXED and
+/// takes the element's index in the output's logical row-major order as the last argument of
+/// fw and bw; its plans iterate in that order (make_ew_iter's keep_order), so the value of an
+/// element does not depend on strides, the kernel variant or the launch shape.
+#define INDEXED static constexpr bool kIndexed = true;
+template <class Op> inline constexpr bool kIndexedOp = requires { requires Op::kIndexed; };
 
 #define FW1 template <class M, class T> __device__ __forceinline__ static auto fw([[maybe_unused]] const EwParams& p, M x)
 #define FW2 template <class M, class T> __device__ __forceinline__ static auto fw([[maybe_unused]] const EwParams& p, M a, M b)
@@ -261,6 +268,27 @@ struct op_relu6 {
 struct op_leaky_relu {
   FW1 { return x > M(0) ? x : x * prm<M>(p, 0); }
   BW1(x) { g[0] = x > M(0) ? dy : dy * prm<M>(p, 0); }
+};
+/// rrelu in training: x <= 0 takes the slope lower + u (upper - lower), u uniform in (0, 1) from
+/// word i % 4 of Philox4x32-10 call i / 4 keyed by seed at counter offset (philox.hpp), the
+/// 23-bit midpoint grid for every dtype; x > 0 passes (torch's rrelu_with_noise). The backward
+/// regenerates the same slope from (seed, offset, i) instead of storing the noise tensor.
+template <class M> __device__ __forceinline__ M rrelu_slope(const EwParams& p, int64_t i) {
+  const uint64_t q = static_cast<uint64_t>(i) >> 2;
+  const detail::Philox4 w = detail::philox_block(static_cast<uint64_t>(p.d[2]), static_cast<uint64_t>(p.d[3]), q);
+  const uint32_t k = static_cast<uint32_t>(i) & 3u;
+  const uint32_t word = k == 0 ? w.v[0] : k == 1 ? w.v[1] : k == 2 ? w.v[2] : w.v[3];
+  const M u = static_cast<M>(detail::philox_uniform_f32(word));
+  return prm<M>(p, 0) + u * (prm<M>(p, 1) - prm<M>(p, 0));
+}
+struct op_rrelu_train {
+  INDEXED
+  template <class M, class T> __device__ __forceinline__ static M fw(const EwParams& p, M x, int64_t i) {
+    return x > M(0) ? x : x * rrelu_slope<M>(p, i);
+  }
+  template <class M, class T> __device__ __forceinline__ static void bw(const EwParams& p, M dy, M x, M* g, int64_t i) {
+    g[0] = x > M(0) ? dy : dy * rrelu_slope<M>(p, i);
+  }
 };
 struct op_rrelu_eval {
   FW1 { const M s = (prm<M>(p, 0) + prm<M>(p, 1)) / M(2); return x >= M(0) ? x : x * s; }

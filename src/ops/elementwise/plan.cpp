@@ -216,6 +216,19 @@ Result<void> check_params(const ElementwiseDesc& d) {
     case ElementwiseOp::softplus:
       if (d.params[0] == 0) return invalid("softplus: parameter 'beta' must not be 0");
       return {};
+    case ElementwiseOp::rrelu_train: {
+      if (!(d.params[0] <= d.params[1]) || std::isinf(d.params[0]) || std::isinf(d.params[1]))
+        return invalid("rrelu_train: expected finite lower <= upper, got lower=" + std::to_string(d.params[0]) +
+                       ", upper=" + std::to_string(d.params[1]));
+      // The Philox key and counter travel as doubles: integers up to 2^53 are exact.
+      constexpr double kMax = 9007199254740992.0;
+      for (int i : {2, 3})
+        if (d.params[i] > kMax)
+          return invalid("rrelu_train: parameter '" + std::string(in.param_name(i)) +
+                         "' expected an integer in [0, 2^53], got " + std::to_string(d.params[i]));
+      BARACUDA_TRY(need_int("seed", 0, d.params[2]));
+      return need_int("offset", 0, d.params[3]);
+    }
     default: return {};
   }
 }
@@ -381,6 +394,9 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
   else if (desc.dtype == DType::f32 &&
            (desc.op == ElementwiseOp::lgamma || desc.op == ElementwiseOp::digamma || desc.op == ElementwiseOp::polygamma))
     p.sku_.precision.note = "own f32 lgamma/digamma/trigamma series (a few f32 ulp; polygamma n >= 2: zeta)";
+  if (desc.op == ElementwiseOp::rrelu_train)
+    p.sku_.precision.note = "slopes from Philox4x32-10 keyed by (seed, offset) at the element's logical index "
+                            "(independent of strides and launch shape; the backward regenerates them)";
   if (desc.op == ElementwiseOp::cast)
     p.sku_.precision.note = desc.params[0] != 0 ? "saturating to the finite range" : "torch overflow rules";
   if (p.allow_vectorized_ && desc.out_shape.numel() >= detail::kLut16MinNumel && target.device >= 0 &&
@@ -523,11 +539,13 @@ Launch plan_launch(const ElementwiseDesc& desc, const ElementwiseArgs& a, void* 
   }
   return l;
 }
-detail::EwIter plan_iter(const ElementwiseDesc& desc, const ElementwiseArgs& a, const Launch& l) {
+/// keep_order: the kernel reads each element's logical index (generators, INDEXED ops), so the
+/// iteration keeps the output's logical dim order instead of its memory order.
+detail::EwIter plan_iter(const ElementwiseDesc& desc, const ElementwiseArgs& a, const Launch& l, bool keep_order) {
   const Shape& s = desc.out_shape;
   return detail::make_ew_iter(std::span<const TensorMut>(l.outs.data(), static_cast<size_t>(a.nout)),
                               std::span<const TensorRef>(a.in.data(), static_cast<size_t>(a.nin)), s.rank,
-                              s.dims.data(), info(desc.op).nin == 0);
+                              s.dims.data(), keep_order);
 }
 }  // namespace
 
@@ -535,7 +553,7 @@ std::string_view ElementwisePlan::layout_for(const ElementwiseArgs& a) const {
   if (desc_.out_shape.numel() == 0) return "empty";
   // Workspace slices are 256-byte aligned: a fake aligned base gives the same decision.
   const Launch l = plan_launch(desc_, a, reinterpret_cast<void*>(uintptr_t{256}));
-  const auto it = plan_iter(desc_, a, l);
+  const auto it = plan_iter(desc_, a, l, entry_->indexed);
   if (lut_ && lut16_fits(it, lut_device_)) return "contiguous-lut16";
   if (allow_vectorized_ && detail::ew_can_vectorize(it, entry_->vec))
     return it.rank <= 1 ? "contiguous-vec16" : "inner-contiguous-vec16";
@@ -553,7 +571,7 @@ Result<void> ElementwisePlan::run(cudaStream_t stream, Workspace ws, const Eleme
   const detail::EwParams p = ew_params(desc_);
   // Gradients of broadcast inputs go to dense workspace slices first.
   const Launch l = plan_launch(desc_, a, ws.ptr);
-  const auto it = plan_iter(desc_, a, l);
+  const auto it = plan_iter(desc_, a, l, entry_->indexed);
   cudaError_t e = lut_ && lut16_fits(it, lut_device_)
                       ? detail::ew_lut16_launch(static_cast<const uint16_t*>(lut_), it.ptr[1], it.ptr[0], it.numel,
                                                 num_sms_, stream)

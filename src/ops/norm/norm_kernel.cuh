@@ -37,7 +37,7 @@
 #include "kernels/common/short_math.cuh"
 #include "kernels/common/smem_optin.cuh"
 #include "ops/norm/norm_launch.hpp"
-#include "ops/norm/norm_philox.hpp"
+#include "kernels/common/philox.hpp"
 
 namespace baracuda::kern::norm {
 
@@ -1089,7 +1089,7 @@ __device__ __forceinline__ Acc<M> reduce_loaded(int pass, const R (&v)[Op::kIn][
   }
 }
 
-/// Gumbel noise for kV consecutive columns j0.. of row `row` (norm_philox.hpp's stream layout):
+/// Gumbel noise for kV consecutive columns j0.. of row `row` (philox.hpp's stream layout):
 /// g = -log(E), E = -log(u) ~ Exponential(1). E takes the accurate log (u near 1 gives E near
 /// 0, where an absolute error would be a large relative one); 16-bit outputs take __logf for
 /// the second log (its ~1e-6 absolute error is far below their rounding).

@@ -1,9 +1,12 @@
-// The counter-based generator behind gumbel_softmax's noise: Philox4x32-10 (Salmon et al., SC'11,
-// the Random123 constants; the generator of torch's and cuRAND's CUDA sampling). Plain C++ that
-// nvcc also compiles for the device, so the host tests check it against Random123's
-// known-answer vectors without a GPU.
+// The counter-based generator behind the library's in-kernel noise (gumbel_softmax, rrelu in
+// training): Philox4x32-10 (Salmon et al., SC'11, the Random123 constants; the generator of
+// torch's and cuRAND's CUDA sampling). Plain C++ that nvcc also compiles for the device, so the
+// host tests check it against Random123's known-answer vectors without a GPU.
 //
-// Stream layout (NormRng in norm.hpp): element (row, j) of a row of n elements draws the 32-bit
+// Elementwise stream layout (rrelu_train, functors.cuh): element i of the output's logical
+// (row-major) order takes word i % 4 of call i / 4 of (seed, offset), whatever its dtype.
+//
+// Norm stream layout (NormRng in norm.hpp): element (row, j) of a row of n elements draws the 32-bit
 // words of Philox4x32-10(key = seed, counter = (q, offset)) with q = row * ceil(n / per) + j / per,
 // per = 4 elements a call for f32/f16/bf16 (word j % 4) and 2 for f64 (words 2 (j % 2) and
 // 2 (j % 2) + 1, one 64-bit draw). `row` is the row's index in the logical (row-major) order of
