@@ -9,6 +9,7 @@
 
 #include "baracuda/core/coverage.hpp"
 #include "baracuda/ops/elementwise.hpp"
+#include "ops/elementwise/lut16.hpp"
 #include "test_util.hpp"
 
 namespace baracuda {
@@ -248,6 +249,28 @@ TEST(Lut16, OfflineSelectKeepsTheDirectKernel) {
       EXPECT_EQ(std::string(plan->layout_for(a)), "contiguous-vec16");
     }
   }
+}
+
+// Which 16-bit forwards read the table depends on the device (ew_lut16_cost against
+// ew_issue_budget): from the published attributes of an H100 SXM (132 SMs, 1980 MHz, HBM3 at
+// 2619 MHz on 5120 bits: 3.35 TB/s) and an H200 (132 SMs, 1980 MHz, HBM3e at 3125 MHz on 6144
+// bits: 4.8 TB/s), the trig / erf / log group keeps the direct kernel on the first and reads the
+// table on the second; lgamma / digamma / polygamma read it on both, the cheap ops on neither.
+TEST(Lut16, IssueBudgetSplitsTheDevices) {
+  const int h100 = detail::ew_issue_budget_of(132, 1980000, 2619000, 5120);
+  const int h200 = detail::ew_issue_budget_of(132, 1980000, 3125000, 6144);
+  EXPECT_EQ(h100, 39);  // 128 x 132 x 1.98e9 / (3.352e12 / 4) = 39.9
+  EXPECT_EQ(h200, 27);  // ... / (4.8e12 / 4) = 27.9
+  EXPECT_EQ(detail::ew_issue_budget_of(0, 1980000, 2619000, 5120), 0);
+  for (ElementwiseOp op : {ElementwiseOp::sin, ElementwiseOp::erfc, ElementwiseOp::log2, ElementwiseOp::softplus}) {
+    SCOPED_TRACE(info(op).name);
+    EXPECT_LE(detail::ew_lut16_cost(op), h100);
+    EXPECT_GT(detail::ew_lut16_cost(op), h200);
+  }
+  for (ElementwiseOp op : {ElementwiseOp::lgamma, ElementwiseOp::digamma, ElementwiseOp::polygamma})
+    EXPECT_GT(detail::ew_lut16_cost(op), 10 * h100) << info(op).name;
+  for (ElementwiseOp op : {ElementwiseOp::neg, ElementwiseOp::exp, ElementwiseOp::add, ElementwiseOp::gelu})
+    EXPECT_EQ(detail::ew_lut16_cost(op), 0) << info(op).name;
 }
 
 }  // namespace

@@ -129,6 +129,43 @@ const uint16_t* ew_lut16_table(const EwEntry* e, const EwParams& p) {
   return it->second;
 }
 
+/// Thread instructions an element of the 16-bit forward unary ops whose direct kernel can be
+/// issue-bound (sm_90a, their short forms); 0 for the others. lgamma / digamma / polygamma are
+/// compute-bound on any device (H100, 2^27 bf16: 61%, 83%, 54% of copy bandwidth). The trig /
+/// erf / log / softplus group costs ~32-38, estimated from the H200's fraction of copy bandwidth
+/// (73-88% against its budget of ~28); on an H100 (budget ~40) it is memory-bound
+/// (95-98%) and keeps the direct kernel.
+int ew_lut16_cost(ElementwiseOp op) {
+  using E = ElementwiseOp;
+  switch (op) {
+    case E::lgamma:
+    case E::digamma:
+    case E::polygamma:
+      return 1000;
+    case E::sin:
+    case E::cos:
+    case E::tan:
+    case E::asin:
+    case E::acos:
+    case E::erf:
+    case E::erfc:
+    case E::sinc:
+    case E::log2:
+    case E::log10:
+    case E::softplus:
+      return 32;
+    default:
+      return 0;
+  }
+}
+int ew_issue_budget_of(int sms, int sm_khz, int mem_khz, int bus_bits) {
+  if (sms <= 0 || sm_khz <= 0 || mem_khz <= 0 || bus_bits <= 0) return 0;
+  // Peak DRAM bytes a second (double data rate) over the 4 bytes a 16-bit unary element moves;
+  // an SM issues 4 warp instructions (128 thread instructions) a clock.
+  const double elems_per_s = 2.0 * mem_khz * 1e3 * (bus_bits / 8.0) / 4.0;
+  return std::max(1, static_cast<int>(128.0 * sms * sm_khz * 1e3 / elems_per_s));
+}
+
 int ew_issue_budget(int device) {
   static std::atomic<int> cache[64];  // 0: not asked yet
   if (device < 0) return 0;
@@ -138,16 +175,12 @@ int ew_issue_budget(int device) {
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess || mem_khz <= 0 ||
-      bus_bits <= 0) {
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
-  // Peak DRAM bytes a second (double data rate) over the 4 bytes a 16-bit unary element moves;
-  // an SM issues 4 warp instructions (128 thread instructions) a clock.
-  const double elems_per_s = 2.0 * mem_khz * 1e3 * (bus_bits / 8.0) / 4.0;
-  const int b = std::max(1, static_cast<int>(128.0 * sms * sm_khz * 1e3 / elems_per_s));
-  if (device < 64) cache[device].store(b, std::memory_order_relaxed);
+  const int b = ew_issue_budget_of(sms, sm_khz, mem_khz, bus_bits);
+  if (device < 64 && b > 0) cache[device].store(b, std::memory_order_relaxed);
   return b;
 }
 

@@ -30,6 +30,13 @@ const uint16_t* ew_lut16_table(const EwEntry* entry, const EwParams& p);
 /// ~28 on an H200 (same SMs, 1.4x the bandwidth). 0 when the attributes are unavailable.
 /// An op whose direct kernel issues more than this per element is issue-bound there.
 int ew_issue_budget(int device);
+/// The same from the device's attributes: SMs, SM clock and memory clock (kHz), bus width (bits).
+int ew_issue_budget_of(int sms, int sm_khz, int mem_khz, int bus_bits);
+
+/// Thread instructions an element of `op`'s 16-bit forward costs where its direct kernel can be
+/// issue-bound; 0 for the ops that never take the table. A plan reads the table where this
+/// exceeds the device's ew_issue_budget.
+int ew_lut16_cost(ElementwiseOp op);
 
 /// out[i] = table[in[i]] for n contiguous 16-bit elements; `in` and `out` 16-byte aligned.
 cudaError_t ew_lut16_launch(const uint16_t* table, const void* in, void* out, int64_t n, int num_sms,

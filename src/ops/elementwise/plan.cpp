@@ -294,40 +294,11 @@ detail::EwParams ew_params(const ElementwiseDesc& d) {
   }
   return p;
 }
-/// Thread instructions an element of the 16-bit forward unary ops whose direct kernel can be
-/// issue-bound (sm_90a, their short forms); 0 for the others. lgamma / digamma / polygamma are
-/// compute-bound on any device (H100, 2^27 bf16: 61%, 83%, 54% of copy bandwidth). The trig /
-/// erf / log / softplus group costs ~32-38, estimated from the H200's fraction of copy bandwidth
-/// (73-88% against its budget of ~28, lut16.hpp); on an H100 (budget ~40) it is memory-bound
-/// (95-98%) and keeps the direct kernel.
-int lut16_cost(ElementwiseOp op) {
-  using E = ElementwiseOp;
-  switch (op) {
-    case E::lgamma:
-    case E::digamma:
-    case E::polygamma:
-      return 1000;
-    case E::sin:
-    case E::cos:
-    case E::tan:
-    case E::asin:
-    case E::acos:
-    case E::erf:
-    case E::erfc:
-    case E::sinc:
-    case E::log2:
-    case E::log10:
-    case E::softplus:
-      return 32;
-    default:
-      return 0;
-  }
-}
 /// Forward 16-bit unary ops that read a table of their results (lut16.hpp) on `device`: those
 /// whose direct kernel issues more instructions an element than the device can at copy bandwidth.
 bool lut16_op(const ElementwiseDesc& d, int device) {
   return d.direction == Direction::Forward && (d.dtype == DType::bf16 || d.dtype == DType::f16) &&
-         d.out_dtype == d.dtype && lut16_cost(d.op) > detail::ew_issue_budget(device);
+         d.out_dtype == d.dtype && detail::ew_lut16_cost(d.op) > detail::ew_issue_budget(device);
 }
 /// The table's conditions on the tensors of a call (beyond the plan's): one contiguous,
 /// 16-byte-aligned run of elements for input and output, on the device the table lives on.
