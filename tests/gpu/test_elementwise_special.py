@@ -466,8 +466,8 @@ def test_lut16_large_tensor(name, dtype):
                                atol=1e-5)
 
 
-# 16-bit ops whose direct kernel is issue-bound only where DRAM outpaces the SMs (plan.cpp
-# lut16_cost against lut16.hpp's ew_issue_budget): the H200 reads the table, an H100 SXM does not.
+# 16-bit ops whose direct kernel is issue-bound only where DRAM outpaces the SMs (lut16.hpp:
+# ew_lut16_cost against ew_issue_budget): the H200 reads the table, an H100 SXM does not.
 _LUT16_ISSUE_BOUND = ["sin", "cos", "tan", "asin", "acos", "erf", "erfc", "sinc", "log2", "log10", "softplus"]
 
 
