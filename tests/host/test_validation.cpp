@@ -125,6 +125,34 @@ TEST(SelectValidation, EyeShape) {
   EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "eye", "'cols'");
 }
 
+// rrelu in training: finite lower <= upper; the Philox key and counter are integers that a double
+// holds exactly (at most 2^53).
+TEST(SelectValidation, RreluTrainParams) {
+  auto d = ElementwiseDesc::make(ElementwiseOp::rrelu_train, DType::bf16, {Shape::of({8})});
+  auto ok = ElementwisePlan::select(kTarget, d);
+  ASSERT_TRUE(ok.ok()) << ok.message();
+  EXPECT_NE(ok->sku().precision.note.find("Philox4x32-10"), std::string::npos) << ok->sku().to_string();
+  ASSERT_TRUE(d.set_param("lower", 0.5).ok());
+  ASSERT_TRUE(d.set_param("upper", 0.25).ok());
+  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "rrelu_train", "lower <= upper",
+                    "lower=0.5");
+  ASSERT_TRUE(d.set_param("upper", std::numeric_limits<double>::infinity()).ok());
+  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "rrelu_train", "finite");
+  ASSERT_TRUE(d.set_param("upper", 0.5).ok());
+  EXPECT_TRUE(ElementwisePlan::select(kTarget, d).ok()) << "lower == upper: a fixed slope";
+  ASSERT_TRUE(d.set_param("seed", 9007199254740992.0).ok());  // 2^53
+  EXPECT_TRUE(ElementwisePlan::select(kTarget, d).ok());
+  ASSERT_TRUE(d.set_param("seed", 18014398509481984.0).ok());  // 2^54
+  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "rrelu_train", "'seed'", "2^53");
+  ASSERT_TRUE(d.set_param("seed", 1.5).ok());
+  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "rrelu_train", "'seed'",
+                    "integer >= 0");
+  ASSERT_TRUE(d.set_param("seed", 3.0).ok());
+  ASSERT_TRUE(d.set_param("offset", -1.0).ok());
+  EXPECT_FAILS_WITH(ElementwisePlan::select(kTarget, d), Status::InvalidProblem, "rrelu_train", "'offset'",
+                    "got -1");
+}
+
 TEST(SelectValidation, CeluAlphaZero) {
   auto d = ElementwiseDesc::make(ElementwiseOp::celu, DType::f32, {Shape::of({8})});
   ASSERT_TRUE(d.set_param("alpha", 0.0).ok());
