@@ -502,6 +502,26 @@ def test_lut16_issue_bound_ops(name, dtype):
 
 
 @needs_cuda
+def test_lut16_parameter_sweep_is_capped():
+    """A sweep over softplus's beta builds at most 16 tables (lut16.cu kMaxTablesPerEntry); past
+    them the plans keep the direct kernel, with the same results."""
+    from baracuda import _C
+    from baracuda._autograd import dl
+
+    x = torch.randn(1 << 22, device="cuda").bfloat16()
+    out = torch.empty_like(x)
+    lut = 0
+    for k in range(40):
+        beta = 1.0 + (k + 1) / 64
+        lut += "contiguous-lut16" in _C.sku("softplus", False, [dl(x)], [dl(out)], [beta, 20.0])
+    assert lut <= 16, lut
+    if "H200" in torch.cuda.get_device_name():
+        assert lut >= 1
+    big, small = F.softplus(x, beta=1.625), F.softplus(x[: 1 << 16], beta=1.625)
+    assert torch.equal(big[: 1 << 16].view(torch.int16), small.view(torch.int16))
+
+
+@needs_cuda
 @pytest.mark.parametrize("name", ["lgamma", "digamma", "polygamma1"])
 def test_short_math_f32_dense(name):
     """f32: a dense sweep of (0, 40] against torch, within a few ulp (ulp of the result; psi's

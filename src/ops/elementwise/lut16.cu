@@ -21,6 +21,7 @@ constexpr int kLutThreads = 1024;     // one CTA an SM (the table takes 128 KiB 
 constexpr int kLutUnroll = 2;         // 16-byte loads a thread a trip, double-buffered (see below)
 constexpr int kLutWords = 65536 / 8;  // the table as uint4
 constexpr size_t kLutSmemBytes = 65536 * sizeof(uint16_t);
+constexpr int kMaxTablesPerEntry = 16;  // parameter sets a (device, op, dtype) keeps tables for
 
 __device__ __forceinline__ uint32_t lut_pair(const uint16_t* t, uint32_t w) {
   return static_cast<uint32_t>(t[w & 0xffffu]) | (static_cast<uint32_t>(t[w >> 16]) << 16);
@@ -125,7 +126,15 @@ const uint16_t* ew_lut16_table(const EwEntry* e, const EwParams& p) {
   TableKey key{dev, e, {p.d[0], p.d[1], p.d[2], p.d[3]}};
   const std::lock_guard<std::mutex> lock(m);
   auto it = tables.find(key);
-  if (it == tables.end()) it = tables.emplace(key, build_table(e, p)).first;  // a failure is remembered too
+  if (it == tables.end()) {
+    // A sweep over a float parameter (a softplus beta schedule) would otherwise add a table and a
+    // synchronizing build per value: past kMaxTablesPerEntry parameter sets of one (device, op,
+    // dtype) the plan keeps the direct kernel.
+    int same = 0;
+    for (const auto& kv : tables) same += kv.first.device == dev && kv.first.entry == e;
+    if (same >= kMaxTablesPerEntry) return nullptr;
+    it = tables.emplace(key, build_table(e, p)).first;  // a failure is remembered too
+  }
   return it->second;
 }
 

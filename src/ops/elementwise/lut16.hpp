@@ -20,7 +20,8 @@ inline constexpr int64_t kLut16MinNumel = int64_t{1} << 22;
 
 /// The table of a unary 16-bit -> 16-bit forward `entry` with params `p` on the current device:
 /// built on first request (entry over every bit pattern, on a private stream, synchronized) and
-/// kept for the process's lifetime (256 KiB per device, op, dtype and params). nullptr when it
+/// kept for the process's lifetime (256 KiB per device, op, dtype and params; at most 16 parameter
+/// sets per device, op and dtype, past which it returns nullptr). nullptr when it
 /// cannot be built (no device, allocation refused); the caller then runs the entry directly.
 /// Thread-safe. Never called during run(): plans request it in select().
 const uint16_t* ew_lut16_table(const EwEntry* entry, const EwParams& p);
