@@ -205,7 +205,11 @@ __device__ __forceinline__ void ew_vec_body(const F& f, const EwVec& a, cuda::st
       for (int j = 0; j < VEC; ++j) {
         ins x{cuda::std::get<I>(v[u]).v[j]...};
         out_t r[NOUT];
-        f(e + j, x, r);
+        // e is a multiple of VEC, so e | j is e + j. Written as an or, the index's low bits are
+        // visibly j: an op that derives one value for several neighbours from idx / k (rrelu's
+        // Philox block of four words, i / 4) then computes it once a vector instead of once an
+        // element (the compiler folds (e | j) >> 2 to e >> 2 and merges the identical blocks).
+        f(e | j, x, r);
 #pragma unroll
         for (int k = 0; k < NOUT; ++k) o[k].v[j] = r[k];
       }

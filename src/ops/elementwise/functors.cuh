@@ -283,11 +283,15 @@ template <class M> __device__ __forceinline__ M rrelu_slope(const EwParams& p, i
 }
 struct op_rrelu_train {
   INDEXED
+  // The slope is computed whatever the sign of x: outside a branch, the Philox blocks of four
+  // neighbouring elements (same i / 4) are one computation the compiler merges.
   template <class M, class T> __device__ __forceinline__ static M fw(const EwParams& p, M x, int64_t i) {
-    return x > M(0) ? x : x * rrelu_slope<M>(p, i);
+    const M s = rrelu_slope<M>(p, i);
+    return x > M(0) ? x : x * s;
   }
   template <class M, class T> __device__ __forceinline__ static void bw(const EwParams& p, M dy, M x, M* g, int64_t i) {
-    g[0] = x > M(0) ? dy : dy * rrelu_slope<M>(p, i);
+    const M s = rrelu_slope<M>(p, i);
+    g[0] = x > M(0) ? dy : dy * s;
   }
 };
 struct op_rrelu_eval {
