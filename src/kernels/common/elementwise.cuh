@@ -172,6 +172,7 @@ __device__ __forceinline__ void ew_vec_body(const F& f, const EwVec& a, cuda::st
   constexpr int NOUT = F::nout;
   constexpr int NOPS = NOUT + sizeof...(I);
   constexpr int BLOCK = kEwThreads * VEC * UNROLL;
+  static_assert((VEC & (VEC - 1)) == 0, "e | j below is e + j only for a power-of-two VEC");
   const int64_t block_start = int64_t(blockIdx.x) * BLOCK;
   if (block_start + BLOCK <= a.n) {
     // Issue every load of every unrolled vector before computing (memory-level parallelism).
