@@ -1323,11 +1323,14 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
   const bool residual = Op::kResidual && in1 != nullptr;
   const bool has_w = Op::kW && p.weight != nullptr;
   const bool has_b = Op::kB && p.bias != nullptr;
-  // The forward's vectorized variants take kParamF32; the others keep the flag. Folded into the
-  // scalar (strided) ones, ptxas gave the f16/bf16 layer_norm forward 64 registers and spilled
-  // 64-200 bytes instead of using 98-128; the backward reads the weight once a CTA (w_kept), and
-  // folded there it ran 2-3% slower (H200, [16384, 4096], a register allocation change).
-  const bool param_f32 = kV == 1 || Op::kDir != Direction::Forward ? p.param_f32 : kParamF32;
+  // The 16-bit forward's vectorized variants take kParamF32; the others keep the flag (always
+  // false for f32 / f64 rows). Folded into the scalar (strided) ones, ptxas gave the f16/bf16
+  // layer_norm forward 64 registers and spilled 64-200 bytes instead of using 98-128; the
+  // backward reads the weight once a CTA (w_kept), and folded there it ran 2-3% slower (H200,
+  // [16384, 4096], a register allocation change); folded into f32 rms_norm it took 97 registers
+  // instead of 94 (a CTA an SM fewer).
+  const bool param_f32 =
+      kV == 1 || sizeof(T) != 2 || Op::kDir != Direction::Forward ? p.param_f32 : kParamF32;
   const bool pgrad = Op::kParamGrad && p.slots > 0 && cached;   // streamed rows: param_cols_kernel
   constexpr bool kWInReduce = Op::kDir == Direction::Backward;  // g = dy * w feeds the row sums
   const bool masked = Op::kMaskable && p.mask != nullptr;
