@@ -247,9 +247,12 @@ def call_norm(op, x, shape, w, b, eps):
     return F.rms_norm(x, shape, w, eps)
 
 
+# LENGTHS are odd, so their rows take the scalar kernels; 64 and 4096 take the vectorized ones (one
+# vector a thread; a CTA of 32 / 16 items a thread), which are instantiated per parameter dtype for
+# the 16-bit forward (kParamF32: the "mixed" cases).
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: str(d).replace("torch.", ""))
-@pytest.mark.parametrize("n", LENGTHS + [1 << 20])
+@pytest.mark.parametrize("n", LENGTHS + [64, 4096, 1 << 20])
 @pytest.mark.parametrize("affine", AFFINE)
 def test_norm_forward_backward(op, dt, n, affine):
     if affine == "mixed" and dt not in (torch.float16, torch.bfloat16):
