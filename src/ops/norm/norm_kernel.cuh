@@ -1282,6 +1282,17 @@ struct RegRow {
 };
 extern __shared__ __align__(16) unsigned char norm_dyn_smem[];
 
+/// Whether row_kernel's kParamF32 decides the parameter dtype (the 16-bit forward's vectorized
+/// kernels of the ops with a weight or bias); every other kernel reads NormLaunch::param_f32 at run
+/// time, and the launcher instantiates only kParamF32 = false for it. Folding the flag into the
+/// scalar (strided) kernels gave the f16/bf16 layer_norm forward 64 registers and 64-200 bytes of
+/// spills instead of 98-128 registers; into the backward (which reads the weight once a CTA,
+/// w_kept) 2-3% slower runs (H200, [16384, 4096]); into f32 rms_norm 97 registers instead of 94
+/// (a CTA an SM fewer). f32 parameters exist only for 16-bit rows (plan.cpp: mixed_ok).
+template <class T, class Op, int kV>
+inline constexpr bool kParamDtypeTemplated =
+    kV > 1 && sizeof(T) == 2 && Op::kDir == Direction::Forward && (Op::kW || Op::kB);
+
 /// kCluster: the cluster-rows variant (launched as clusters; a separate instantiation because the
 /// exchange's code raised the registers of the plain kernel by up to 17, costing occupancy).
 /// kParamF32: the weight / bias are f32 (NormLaunch::param_f32, 16-bit rows only), a template
@@ -1323,14 +1334,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
   const bool residual = Op::kResidual && in1 != nullptr;
   const bool has_w = Op::kW && p.weight != nullptr;
   const bool has_b = Op::kB && p.bias != nullptr;
-  // The 16-bit forward's vectorized variants take kParamF32; the others keep the flag (always
-  // false for f32 / f64 rows). Folded into the scalar (strided) ones, ptxas gave the f16/bf16
-  // layer_norm forward 64 registers and spilled 64-200 bytes instead of using 98-128; the
-  // backward reads the weight once a CTA (w_kept), and folded there it ran 2-3% slower (H200,
-  // [16384, 4096], a register allocation change); folded into f32 rms_norm it took 97 registers
-  // instead of 94 (a CTA an SM fewer).
-  const bool param_f32 =
-      kV == 1 || sizeof(T) != 2 || Op::kDir != Direction::Forward ? p.param_f32 : kParamF32;
+  const bool param_f32 = kParamDtypeTemplated<T, Op, kV> ? kParamF32 : p.param_f32;
   const bool pgrad = Op::kParamGrad && p.slots > 0 && cached;   // streamed rows: param_cols_kernel
   constexpr bool kWInReduce = Op::kDir == Direction::Backward;  // g = dy * w feeds the row sums
   const bool masked = Op::kMaskable && p.mask != nullptr;
@@ -1745,8 +1749,8 @@ cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
       rp.cluster = 1;  // no cluster-capable code or GPC room: one CTA a row, streaming
     }
   };
-  // kPF: the vectorized kernels' kParamF32 (the scalar ones read the flag).
-  auto launch_rows = [&]<bool kPF>() -> cudaError_t {
+  // kPF: the vectorized kernels' kParamF32 (kParamDtypeTemplated; the scalar ones read the flag).
+  auto launch_kernel = [&]<bool kPF>() -> cudaError_t {
     if (p.big) {
       if (p.vec)
         return go(KernelTag<row_kernel<T, Op, kBig, kV, false, kPF>>{},
@@ -1759,13 +1763,11 @@ cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
                 smem_rows_bytes<M, Op, kSmall>(p));
     return go(KernelTag<row_kernel<T, Op, kSmall, 1>>{}, KernelTag<nullptr>{}, smem_rows_bytes<M, Op, kSmall>(p));
   };
-  // f32 parameters exist only for 16-bit rows (plan.cpp: mixed_ok) of the ops that read them.
-  constexpr bool kMixedParams = sizeof(T) == 2 && (Op::kW || Op::kB) && Op::kDir == Direction::Forward;
   cudaError_t err;
-  if constexpr (kMixedParams)
-    err = p.param_f32 ? launch_rows.template operator()<true>() : launch_rows.template operator()<false>();
+  if constexpr (kParamDtypeTemplated<T, Op, kV>)
+    err = p.param_f32 ? launch_kernel.template operator()<true>() : launch_kernel.template operator()<false>();
   else
-    err = launch_rows.template operator()<false>();
+    err = launch_kernel.template operator()<false>();
   if (err != cudaSuccess) return err;
   if constexpr (Op::kParamGrad) {
     // At least 64 rows a split, so at most `slots` splits: the workspace rows are already there.
