@@ -11,7 +11,7 @@
 #include "kernels/common/elementwise.cuh"  // VecOf, load_vec, store_vec
 #include "kernels/common/short_math.cuh"
 #include "ops/loss/loss_launch.hpp"
-#include "ops/loss/row_offsets.cuh"
+#include "kernels/common/row_offsets.cuh"
 
 namespace baracuda::kern::loss {
 

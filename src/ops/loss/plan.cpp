@@ -12,6 +12,7 @@
 #include "core/impl_list.hpp"
 #include "core/operands.hpp"
 #include "core/plan_common.hpp"
+#include "core/row_dims.hpp"
 #include "ops/elementwise/ew_registry.hpp"  // ew_sum_to_shape: gradients of broadcast inputs
 #include "ops/loss/linear_ce.hpp"
 #include "ops/loss/loss_launch.hpp"
@@ -946,41 +947,6 @@ struct ClassGeometry {
   bool columns = false;
 };
 
-/// The row dims of a class / rows launch, added outer to inner: a dim merges into the previous
-/// (outer) one where every slot in use has strides that line up. write() stores them innermost
-/// first into a launch's row_ndim, row_size[d] and row_stride[slot][d].
-template <int N>
-struct RowDims {
-  struct Dim {
-    int64_t size;
-    std::array<int64_t, N> stride;
-  };
-  std::vector<Dim> dims;
-  void add(int64_t size, const std::array<int64_t, N>& stride, const std::array<bool, N>& used) {
-    if (!dims.empty()) {
-      Dim& prev = dims.back();
-      bool merge = true;
-      for (int k = 0; k < N; ++k)
-        if (used[k] && prev.stride[k] != stride[k] * size) merge = false;
-      if (merge) {
-        prev.size *= size;
-        prev.stride = stride;
-        return;
-      }
-    }
-    dims.push_back({size, stride});
-  }
-  template <class L>
-  void write(L& p) const {
-    p.row_ndim = static_cast<int>(dims.size());
-    for (size_t k = 0; k < dims.size(); ++k) {
-      const Dim& dm = dims[dims.size() - 1 - k];
-      p.row_size[k] = dm.size;
-      for (int s = 0; s < N; ++s) p.row_stride[s][k] = dm.stride[s];
-    }
-  }
-};
-
 ClassGeometry class_geometry(const LossDesc& d, const LossArgs& a, int64_t rows, int64_t C) {
   using namespace detail;
   ClassGeometry g;
@@ -1007,7 +973,7 @@ ClassGeometry class_geometry(const LossDesc& d, const LossArgs& a, int64_t rows,
     put(kCsDy, a.dy.data, a.dy.layout);
   }
   // Row dims, outer to inner, without size-1 dims.
-  RowDims<kCsNumSlots> rd;
+  detail::RowDims<kCsNumSlots> rd;
   std::array<bool, kCsNumSlots> used{};
   for (int k = 0; k < kCsNumSlots; ++k) used[k] = lay[k] != nullptr;
   for (int i = 0; i < x.rank; ++i) {
@@ -1105,7 +1071,7 @@ RowsGeometry rows_geometry(const LossDesc& d, const Shape& bcast, const LossArgs
     }
   }
   // Row dims, outer to inner, without size-1 dims.
-  RowDims<kRsNumSlots> dims;
+  detail::RowDims<kRsNumSlots> dims;
   std::array<bool, kRsNumSlots> used{};
   for (int k = 0; k < kRsNumSlots; ++k) used[k] = ptr[k] != nullptr;
   for (int i = 0; i + 1 < R; ++i) {

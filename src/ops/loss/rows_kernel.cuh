@@ -27,7 +27,7 @@
 #include "ops/loss/loss_launch.hpp"
 #include "ops/loss/loss_sum.cuh"
 #include "ops/loss/pointwise_kernel.cuh"  // pw_log / pw_exp / pw_abs / log_sigmoid / sigmoid
-#include "ops/loss/row_offsets.cuh"
+#include "kernels/common/row_offsets.cuh"
 
 namespace baracuda::kern::loss {
 

@@ -35,6 +35,7 @@
 
 #include "kernels/common/cluster.cuh"
 #include "kernels/common/dtype_traits.cuh"
+#include "kernels/common/row_offsets.cuh"
 #include "kernels/common/short_math.cuh"
 #include "kernels/common/smem_optin.cuh"
 #include "ops/norm/norm_launch.hpp"
@@ -982,28 +983,6 @@ __device__ __forceinline__ void load_params(const void* base, bool f32, int64_t 
     load_params_as<kV, T>(base, j, dst);
 }
 
-/// Element offsets of row `row` in every slot (coalesced row dims, row-major). Unrolled over the
-/// dims so the launch struct stays in parameter space.
-__device__ __forceinline__ void row_offsets(const NormLaunch& p, int64_t row, int64_t (&base)[kNumSlots]) {
-#pragma unroll
-  for (int t = 0; t < kNumSlots; ++t) base[t] = 0;
-#pragma unroll
-  for (int d = detail::kNormMaxRowDims - 1; d >= 0; --d) {
-    if (d < p.row_ndim) {
-      // The outermost dim's index is what is left of row (row < p.rows): no 64-bit division,
-      // which is the whole cost for the common single row dim (~70 instructions a row).
-      int64_t i = row;
-      if (d > 0) {
-        const int64_t sz = p.row_size[d];
-        i = row % sz;
-        row /= sz;
-      }
-#pragma unroll
-      for (int t = 0; t < kNumSlots; ++t) base[t] += i * p.row_stride[t][d];
-    }
-  }
-}
-
 /// Merges `v` over aligned groups of `width` lanes (a power of two, <= 32) by xor shuffles: a
 /// balanced tree of fixed shape whose merges are bitwise commutative, so every lane of a group
 /// ends with the same bits.
@@ -1331,8 +1310,10 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
   const int64_t cid = kCluster ? int64_t(cluster_reg<ClusterReg::index_x>()) : int64_t(blockIdx.x);
   const int64_t nclusters = kCluster ? int64_t(cluster_reg<ClusterReg::count_x>()) : int64_t(gridDim.x);
   int parity = 0;
-  const int groups = blockDim.x / tpr;
-  const int g = threadIdx.x / tpr;
+  // tpr is a power of two (the plan's pow2_at_least): shifts, not a 32-bit division each.
+  const int tpr_log2 = __ffs(tpr) - 1;
+  const int groups = int(blockDim.x >> tpr_log2);
+  const int g = int(threadIdx.x >> tpr_log2);
   const int64_t n = p.n;
   const int64_t chunk = int64_t(rtpr) * kItems;
   const bool cached = n <= chunk;

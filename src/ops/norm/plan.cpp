@@ -12,6 +12,7 @@
 #include "core/impl_list.hpp"
 #include "core/operands.hpp"
 #include "core/plan_common.hpp"
+#include "core/row_dims.hpp"
 #include "ops/norm/channel_launch.hpp"
 #include "ops/norm/norm_launch.hpp"
 
@@ -1092,35 +1093,17 @@ Geometry geometry(const NormDesc& d, const NormArgs& a, int64_t n) {
     ptrs[detail::kMask] = a.mask.data;
   }
   const int vec = detail::norm_vec(size_in_bytes(d.dtype));
-  // Row dims, outer to inner, without size-1 dims; merge a dim into the next one where every
-  // present slot allows it.
-  struct Dim {
-    int64_t size;
-    std::array<int64_t, detail::kNumSlots> stride;
-  };
-  std::vector<Dim> dims;
+  // Row dims, outer to inner, without size-1 dims, coalesced where every present slot allows.
+  detail::RowDims<detail::kNumSlots> dims;
+  std::array<bool, detail::kNumSlots> used{};
+  for (int t = 0; t < detail::kNumSlots; ++t) used[t] = lay[t] != nullptr;
   for (int i = 0; i < d.shape.rank; ++i) {
     if ((i >= lo && i < hi) || d.shape.dims[i] == 1) continue;
-    Dim dm{d.shape.dims[i], {}};
-    for (int t = 0; t < detail::kNumSlots; ++t) dm.stride[t] = lay[t] ? lay[t]->stride[i] : 0;
-    if (!dims.empty()) {
-      Dim& prev = dims.back();
-      bool merge = true;
-      for (int t = 0; t < detail::kNumSlots; ++t)
-        if (lay[t] && prev.stride[t] != dm.stride[t] * dm.size) merge = false;
-      if (merge) {
-        prev.size *= dm.size;
-        prev.stride = dm.stride;
-        continue;
-      }
-    }
-    dims.push_back(dm);
+    std::array<int64_t, detail::kNumSlots> stride{};
+    for (int t = 0; t < detail::kNumSlots; ++t) stride[t] = lay[t] ? lay[t]->stride[i] : 0;
+    dims.add(d.shape.dims[i], stride, used);
   }
-  g.p.row_ndim = static_cast<int>(dims.size());
-  for (size_t k = 0; k < dims.size(); ++k) {
-    g.p.row_size[k] = dims[k].size;
-    for (int t = 0; t < detail::kNumSlots; ++t) g.p.row_stride[t][k] = dims[k].stride[t];
-  }
+  dims.write(g.p);
   g.vec_ok = n % vec == 0 && n > 0;
   for (int t = 0; t < detail::kNumSlots; ++t) {
     if (!lay[t]) continue;
@@ -1128,20 +1111,20 @@ Geometry geometry(const NormDesc& d, const NormArgs& a, int64_t n) {
     if (t == detail::kMask) continue;  // read by scalar loads, whatever the variant
     if (g.p.col_stride[t] != 1 && n > 1) g.vec_ok = false;
     if (reinterpret_cast<uintptr_t>(ptrs[t]) % 16 != 0) g.vec_ok = false;
-    for (size_t k = 0; k < dims.size(); ++k)
-      if (dims[k].stride[t] % vec != 0) g.vec_ok = false;
+    for (const auto& dm : dims.dims)
+      if (dm.stride[t] % vec != 0) g.vec_ok = false;
   }
   for (const void* q : {a.weight.data, a.bias.data})
     if (q && reinterpret_cast<uintptr_t>(q) % 16 != 0) g.vec_ok = false;
   // Column mapping: softmax over a non-innermost axis (or a norm of a batch-innermost tensor).
   // One thread a row walks its elements; adjacent threads hold adjacent rows, so each load of
   // a warp is one contiguous segment, where a group per row would gather with stride.
-  if (!g.vec_ok && n > 1 && !dims.empty()) {
+  if (!g.vec_ok && n > 1 && !dims.dims.empty()) {
     g.columns = true;
     for (int t = 0; t < detail::kNumSlots; ++t)
-      if (t != detail::kMask && lay[t] && (g.p.col_stride[t] == 1 || dims.back().stride[t] != 1)) g.columns = false;
+      if (t != detail::kMask && lay[t] && (g.p.col_stride[t] == 1 || dims.dims.back().stride[t] != 1)) g.columns = false;
     int64_t rows = 1;
-    for (const Dim& dm : dims) rows *= dm.size;
+    for (const auto& dm : dims.dims) rows *= dm.size;
     if (rows < kColumnMinRows) g.columns = false;
   }
   return g;
