@@ -985,9 +985,21 @@ __device__ __forceinline__ void load_params(const void* base, bool f32, int64_t 
 
 /// Merges `v` over aligned groups of `width` lanes (a power of two, <= 32) by xor shuffles: a
 /// balanced tree of fixed shape whose merges are bitwise commutative, so every lane of a group
-/// ends with the same bits.
+/// ends with the same bits. A whole warp (every row of 32+ threads) takes an unrolled copy: no
+/// loop counter or branch a step, and fewer registers (the compiler schedules the five steps
+/// together). H200, [16384, 4096] bf16, same bits: softmax fw 72.7 -> 70.2 us, log_softmax fw
+/// 70.1 -> 67.6, layer_norm bw 136.9 -> 134.1, rms_norm bw 109.7 -> 108.7. f64 keeps the loop:
+/// unrolled, several f64 kernels spilled (up to 192 bytes a thread).
 template <class Op, class M>
 __device__ __forceinline__ Acc<M> butterfly(int pass, Acc<M> v, int width) {
+  if (sizeof(M) == 4 && width == 32) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const Acc<M> u{__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)};
+      v = merge_of<Op>(pass, v, u);
+    }
+    return v;
+  }
   for (int o = width / 2; o > 0; o >>= 1) {
     const Acc<M> u{__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)};
     v = merge_of<Op>(pass, v, u);
