@@ -17,6 +17,7 @@
 
 #include "kernels/common/dtype_traits.cuh"
 #include "kernels/common/elementwise.cuh"  // VecOf, load_vec, store_vec
+#include "kernels/common/row_offsets.cuh"
 #include "ops/loss/loss_launch.hpp"
 #include "ops/loss/loss_sum.cuh"
 
@@ -334,21 +335,7 @@ __device__ __forceinline__ void pw_offsets(const detail::EwIter& it, int64_t e, 
 #pragma unroll
     for (int k = 0; k < kNops; ++k) off[k] = it.rank == 0 || it.stride[k][0] == 0 ? 0 : e;
   } else {
-#pragma unroll
-    for (int k = 0; k < kNops; ++k) off[k] = 0;
-    int64_t rem = e;
-#pragma unroll
-    for (int d = 0; d < kMaxRank; ++d) {
-      if (d == it.rank) break;
-      int64_t r = rem;
-      if (d + 1 < it.rank) {
-        const int64_t q = rem / it.shape[d];
-        r = rem - q * it.shape[d];
-        rem = q;
-      }
-#pragma unroll
-      for (int k = 0; k < kNops; ++k) off[k] += r * it.stride[k][d];
-    }
+    dim_offsets(it.rank, it.shape, it.stride, e, off);
   }
 }
 
