@@ -939,13 +939,11 @@ __device__ __forceinline__ void store_elems(T* p, int64_t off, const M* src) {
     }
   }
 }
-/// One 16-byte vector of T as kW = 4 words (aligned: the vectorized variant only). `once`: the
-/// data is read once (ld.global.cs, evict-first), see row_kernel's read_once.
+/// One 16-byte vector of T as kW = 4 words (aligned: the vectorized variant only).
 template <int kW, class T>
-__device__ __forceinline__ void load_words(const T* p, int64_t off, uint32_t* dst, bool once = false) {
+__device__ __forceinline__ void load_words(const T* p, int64_t off, uint32_t* dst) {
   static_assert(kW == 4, "one 16-byte vector");
-  const uint4* a = reinterpret_cast<const uint4*>(p + off);
-  const uint4 x = once ? __ldcs(a) : *a;
+  const uint4 x = *reinterpret_cast<const uint4*>(p + off);
   dst[0] = x.x, dst[1] = x.y, dst[2] = x.z, dst[3] = x.w;
 }
 template <int kW, class T>
@@ -1331,12 +1329,6 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
   const int64_t n = p.n;
   const int64_t chunk = int64_t(rtpr) * kItems;
   const bool cached = n <= chunk;
-  // Register-resident rows are read once: evict-first loads (H200, [16384, 4096] bf16, standalone,
-  // with evict-first stores too: softmax fw 70.4 -> 68.5 us, rms_norm fw 69.7 -> 68.3, layer_norm
-  // fw 72.4 -> 71.5, softmax bw 95.7 -> 95.1). Not for streamed rows (their passes re-read through
-  // L2) nor the parameter-gradient backwards (rms_norm bw 108.9 -> 118.4 with them; the cause was
-  // not pinned down).
-  const bool read_once = cached && !Op::kParamGrad;
   const bool full_rows = n == chunk && ctas == 1;  // every thread of every group holds kItems valid items
   const M eps = static_cast<M>(p.eps);
   const T* in0 = static_cast<const T*>(p.in[0]);
@@ -1424,9 +1416,9 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
             if (residual && !first_load) {
               load_words<kW>(out1, base[detail::kOut1] + cs(detail::kOut1, j0), dst0);
             } else {
-              load_words<kW>(in0, base[detail::kIn0] + cs(detail::kIn0, j0), dst0, read_once);
+              load_words<kW>(in0, base[detail::kIn0] + cs(detail::kIn0, j0), dst0);
               if (kIn == 2 && !skip_in1) {
-                load_words<kW>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), &v[kIn - 1][c * kW], read_once);
+                load_words<kW>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), &v[kIn - 1][c * kW]);
               } else if (kIn == 1 && residual) {  // the same f32 add and rounding to T as the unpacked path
                 uint32_t r[kW];
                 load_words<kW>(in1, base[detail::kIn1] + cs(detail::kIn1, j0), r);
