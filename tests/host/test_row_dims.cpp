@@ -4,6 +4,8 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
 #include "core/row_dims.hpp"
 
@@ -17,16 +19,21 @@ struct FakeLaunch {
   int64_t row_stride[3][4] = {};
 };
 
-using Dims = detail::RowDims<3>;
+using Strides = std::array<int64_t, 3>;
 constexpr std::array<bool, 3> kAll{true, true, true};
+
+/// Adds the (size, strides) dims outer to inner and writes them out.
+FakeLaunch written(std::initializer_list<std::pair<int64_t, Strides>> dims, std::array<bool, 3> used = kAll) {
+  detail::RowDims<3> d;
+  for (const auto& [size, stride] : dims) d.add(size, stride, used);
+  FakeLaunch p;
+  d.write(p);
+  return p;
+}
 
 TEST(RowDims, ContiguousRowsMergeIntoOne) {
   // Rows of a [2, 3, 8] tensor reduced over the last dim: row dims [2, 3] with strides 24, 8.
-  Dims d;
-  d.add(2, {24, 24, 24}, kAll);
-  d.add(3, {8, 8, 8}, kAll);
-  FakeLaunch p;
-  d.write(p);
+  const FakeLaunch p = written({{2, {24, 24, 24}}, {3, {8, 8, 8}}});
   ASSERT_EQ(p.row_ndim, 1);
   EXPECT_EQ(p.row_size[0], 6);
   for (int s = 0; s < 3; ++s) EXPECT_EQ(p.row_stride[s][0], 8);
@@ -34,11 +41,7 @@ TEST(RowDims, ContiguousRowsMergeIntoOne) {
 
 TEST(RowDims, UnmergeableDimsAreWrittenInnermostFirst) {
   // Slot 1 is a transposed view: its strides do not line up, so the dims stay apart.
-  Dims d;
-  d.add(2, {24, 8, 24}, kAll);
-  d.add(3, {8, 16, 8}, kAll);
-  FakeLaunch p;
-  d.write(p);
+  const FakeLaunch p = written({{2, {24, 8, 24}}, {3, {8, 16, 8}}});
   ASSERT_EQ(p.row_ndim, 2);
   EXPECT_EQ(p.row_size[0], 3);  // innermost
   EXPECT_EQ(p.row_size[1], 2);
@@ -50,11 +53,7 @@ TEST(RowDims, UnmergeableDimsAreWrittenInnermostFirst) {
 
 TEST(RowDims, UnusedSlotsDoNotBlockMerging) {
   // Slot 2 is absent: its (meaningless) strides do not line up (7 != 3 x 5), the dims still merge.
-  Dims d;
-  d.add(4, {10, 10, 7}, {true, true, false});
-  d.add(5, {2, 2, 3}, {true, true, false});
-  FakeLaunch p;
-  d.write(p);
+  const FakeLaunch p = written({{4, {10, 10, 7}}, {5, {2, 2, 3}}}, {true, true, false});
   ASSERT_EQ(p.row_ndim, 1);
   EXPECT_EQ(p.row_size[0], 20);
   EXPECT_EQ(p.row_stride[0][0], 2);
@@ -63,23 +62,14 @@ TEST(RowDims, UnusedSlotsDoNotBlockMerging) {
 
 TEST(RowDims, BroadcastDimMergesOnlyWhereStridesAgree) {
   // Slot 1 broadcast along the outer dim (stride 0) but not the inner one: no merge.
-  Dims d;
-  d.add(3, {4, 0, 4}, kAll);
-  d.add(4, {1, 1, 1}, kAll);
-  FakeLaunch p;
-  d.write(p);
+  const FakeLaunch p = written({{3, {4, 0, 4}}, {4, {1, 1, 1}}});
   ASSERT_EQ(p.row_ndim, 2);
   EXPECT_EQ(p.row_size[0], 4);
   EXPECT_EQ(p.row_size[1], 3);
   EXPECT_EQ(p.row_stride[1][1], 0);
 }
 
-TEST(RowDims, NoDimsIsRankZero) {
-  Dims d;
-  FakeLaunch p;
-  d.write(p);
-  EXPECT_EQ(p.row_ndim, 0);
-}
+TEST(RowDims, NoDimsIsRankZero) { EXPECT_EQ(written({}).row_ndim, 0); }
 
 }  // namespace
 }  // namespace baracuda
