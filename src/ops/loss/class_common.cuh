@@ -9,9 +9,9 @@
 
 #include "kernels/common/dtype_traits.cuh"
 #include "kernels/common/elementwise.cuh"  // VecOf, load_vec, store_vec
+#include "kernels/common/row_offsets.cuh"
 #include "kernels/common/short_math.cuh"
 #include "ops/loss/loss_launch.hpp"
-#include "kernels/common/row_offsets.cuh"
 
 namespace baracuda::kern::loss {
 

@@ -24,10 +24,10 @@
 #include <cuda/std/limits>
 
 #include "kernels/common/dtype_traits.cuh"
+#include "kernels/common/row_offsets.cuh"
 #include "ops/loss/loss_launch.hpp"
 #include "ops/loss/loss_sum.cuh"
 #include "ops/loss/pointwise_kernel.cuh"  // pw_log / pw_exp / pw_abs / log_sigmoid / sigmoid
-#include "kernels/common/row_offsets.cuh"
 
 namespace baracuda::kern::loss {
 
