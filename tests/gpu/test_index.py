@@ -138,17 +138,24 @@ def test_permute_copy_backward():
     same_bits(gx, rx, "permute_copy backward")
 
 
-@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.int32, torch.complex64], ids=str)
-def test_transpose_words(dt):
-    """4- and 8-byte elements move through the tiles as words of two; odd sizes and misaligned
-    storage fall back to element tiles."""
-    for shape in [(256, 130), (130, 66), (33, 47), (2, 64, 96)]:
+@pytest.mark.parametrize("dt", [torch.uint8, torch.bfloat16, torch.float32, torch.float64, torch.int32,
+                                torch.complex64, torch.complex128], ids=str)
+def test_transpose_vectors(dt):
+    """Register-transposed blocks in 16-, 8- or 4-byte vectors (whatever the sizes and the storage
+    allow), element tiles otherwise: whole, partial and batched tiles, misaligned storage."""
+    for shape in [(256, 130), (130, 66), (33, 47), (2, 64, 96), (1000, 1000), (136, 4104), (3, 264, 520),
+                  (12, 20), (16, 4)]:
         x = make(shape, dt, "tw", shape, dt)
         dims = tuple(reversed(range(len(shape))))
         same_bits(F.permute_copy(x, dims), x.permute(dims).contiguous(), f"transpose {shape}")
         xs = shifted_empty(shape, dt, 1)
         xs.copy_(x)
         same_bits(F.permute_copy(xs, dims), x.permute(dims).contiguous(), f"transpose misaligned {shape}")
+    # a batch dim between the two inner ones, and a strided (sliced) input
+    x = make((40, 3, 72), dt, "tw-mid", dt)
+    same_bits(F.permute_copy(x, (2, 1, 0)), x.permute(2, 1, 0).contiguous(), "transpose around a batch dim")
+    xw = make((64, 160), dt, "tw-slice", dt)[:, 16:144]
+    same_bits(F.permute_copy(xw, (1, 0)), xw.t().contiguous(), "transpose of a slice")
 
 
 @pytest.mark.parametrize("dt", [torch.bfloat16, torch.float32, torch.int64], ids=str)

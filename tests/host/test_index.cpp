@@ -443,16 +443,18 @@ TEST(IndexLayout, CopyVariants) {
   a.x = ref_of(0, DType::bf16, Layout::contiguous({64, 128}));
   a.out = mut_of(1, DType::bf16, Layout::contiguous({64, 128}));
   EXPECT_EQ(plan->layout_for(a), "row-copy-16B-i32");  // merged to 1-d, widened to 8 x bf16
-  a.x.layout = strided({64, 128}, {1, 64});            // a transposed input: tiles of 4-element words
-  EXPECT_EQ(plan->layout_for(a), "tiled-transpose-2B-words");
+  a.x.layout = strided({64, 128}, {1, 64});            // a transposed input: 8 x 8 register blocks
+  EXPECT_EQ(plan->layout_for(a), "register-transpose-2B-16B-vectors");
   {
-    // 4- and 8-byte elements move as words of two (8 / 16 bytes), while sizes and pointers allow.
+    // The widest vector of >= 2 elements that the sizes, strides and pointers allow.
     auto f32 = IndexPlan::select(kTarget, IndexDesc::copy(DType::f32, Shape::of({64, 128})));
     IndexArgs t;
     t.x = ref_of(0, DType::f32, strided({64, 128}, {1, 64}));
     t.out = mut_of(1, DType::f32, Layout::contiguous({64, 128}));
-    EXPECT_EQ(f32->layout_for(t), "tiled-transpose-4B-words");
-    t.x.data = fake_ptr(0, 4);  // 8-byte words need 8-byte aligned pointers
+    EXPECT_EQ(f32->layout_for(t), "register-transpose-4B-16B-vectors");
+    t.x.data = fake_ptr(0, 8);  // 8-byte aligned only: 2-element vectors
+    EXPECT_EQ(f32->layout_for(t), "register-transpose-4B-8B-vectors");
+    t.x.data = fake_ptr(0, 4);  // no vector of two f32 fits: element tiles
     EXPECT_EQ(f32->layout_for(t), "tiled-transpose-4B");
     auto f64 = IndexPlan::select(kTarget, IndexDesc::copy(DType::f64, Shape::of({64, 127})));
     IndexArgs o;
@@ -462,12 +464,25 @@ TEST(IndexLayout, CopyVariants) {
     o.x.layout = strided({64, 128}, {1, 64});
     o.out.layout = Layout::contiguous({64, 128});
     auto f64b = IndexPlan::select(kTarget, IndexDesc::copy(DType::f64, Shape::of({64, 128})));
-    EXPECT_EQ(f64b->layout_for(o), "tiled-transpose-8B-words");
+    EXPECT_EQ(f64b->layout_for(o), "register-transpose-8B-16B-vectors");
+    auto c128 = IndexPlan::select(kTarget, IndexDesc::copy(DType::c128, Shape::of({64, 128})));
+    IndexArgs c;
+    c.x = ref_of(0, DType::c128, strided({64, 128}, {1, 64}));
+    c.out = mut_of(1, DType::c128, Layout::contiguous({64, 128}));
+    EXPECT_EQ(c128->layout_for(c), "tiled-transpose-16B");  // no vector holds two of them
   }
-  a.x.data = fake_ptr(0, 2);  // bf16 words (8 bytes) need 8-byte aligned pointers: element tiles
+  {
+    // bf16 with inner sizes that are whole 4-element but not 8-element vectors.
+    auto p12 = IndexPlan::select(kTarget, IndexDesc::copy(DType::bf16, Shape::of({12, 20})));
+    IndexArgs t;
+    t.x = ref_of(0, DType::bf16, strided({12, 20}, {1, 12}));
+    t.out = mut_of(1, DType::bf16, Layout::contiguous({12, 20}));
+    EXPECT_EQ(p12->layout_for(t), "register-transpose-2B-8B-vectors");
+  }
+  a.x.data = fake_ptr(0, 2);  // bf16 vectors need at least 4-byte aligned pointers: element tiles
   EXPECT_EQ(plan->layout_for(a), "tiled-transpose-2B");
   a.x.data = fake_ptr(0, 4);
-  EXPECT_EQ(plan->layout_for(a), "tiled-transpose-2B");
+  EXPECT_EQ(plan->layout_for(a), "register-transpose-2B-4B-vectors");
   a.x.data = fake_ptr(0);
   a.x.layout = strided({64, 128}, {256, 2});  // every other element: no widening
   EXPECT_EQ(plan->layout_for(a), "strided-copy-2B-i32");

@@ -482,27 +482,100 @@ __global__ void __launch_bounds__(kTileDim* kTileRows) transpose_kernel(const Tr
   }
 }
 
-/// The word variant: words of WB bytes = V = WB / EB elements, tiles of 32V x 32V elements. A
-/// warp reads 32 words (32 WB bytes) of an input row, and writes 32 words of an output row
-/// assembled from V tile rows.
-template <int EB, int WB>
-__global__ void __launch_bounds__(kTileDim* kTileRows) transpose_words_kernel(const TransposeParams p) {
-  using W = typename Word<EB>::type;
-  using WW = typename Word<WB>::type;
-  constexpr int V = WB / EB;
-  constexpr int T = kTileDim * V;
-  // Row padding (elements): u8 (4-byte words) rows of 33 words, so the column reads below hit at
-  // most 4 accesses per bank; bf16 (8-byte words, 128 x 128 tiles) rows of 65 words (4-way at
-  // most: the smem conflicts stay below the DRAM time, see transpose_words_bytes' measurements);
-  // 4- and 8-byte elements rows of T + 1 elements (2-way at most).
-  constexpr int kPad = EB >= 4 ? 1 : EB == 2 ? 2 : V;
-  __shared__ W tile[T][T + kPad];
+/// V x V elements of EB bytes held in registers as V vectors of VB = V * EB bytes (row i = the
+/// vector read from input row i), transposed in place so that vector j becomes output row j.
+/// 2-byte elements: one byte_perm per output word; 1-byte ones: three; 4-byte and wider ones
+/// only rename registers.
+template <int EB, int VB>
+struct RegisterBlock {
+  static constexpr int V = VB / EB;
+  static constexpr int kWords = VB / 4;
+  uint32_t w[V][kWords];
+
+  __device__ __forceinline__ void transpose() {
+    uint32_t o[V][kWords];
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+#pragma unroll
+      for (int k = 0; k < kWords; ++k) {
+        if constexpr (EB >= 4) {
+          // Word k of output row j: word k % (EB / 4) of element j of input row k / (EB / 4).
+          constexpr int kWe = EB / 4;
+          o[j][k] = w[k / kWe][j * kWe + k % kWe];
+        } else if constexpr (EB == 2) {
+          // Elements 2k and 2k + 1 of output row j: element j of input rows 2k and 2k + 1.
+          o[j][k] = __byte_perm(w[2 * k][j / 2], w[2 * k + 1][j / 2], (j & 1) ? 0x7632 : 0x5410);
+        } else {
+          // Byte m of word k of output row j: byte j of input row 4k + m.
+          const uint32_t sel = (j & 3) | (((j & 3) + 4) << 4);
+          const uint32_t lo = __byte_perm(w[4 * k][j / 4], w[4 * k + 1][j / 4], sel);
+          const uint32_t hi = __byte_perm(w[4 * k + 2][j / 4], w[4 * k + 3][j / 4], sel);
+          o[j][k] = __byte_perm(lo, hi, 0x5410);
+        }
+      }
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+#pragma unroll
+      for (int k = 0; k < kWords; ++k) w[j][k] = o[j][k];
+  }
+};
+
+template <int VB>
+__device__ __forceinline__ void load_vector(uint32_t* w, const char* src) {
+  if constexpr (VB == 16) {
+    const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else if constexpr (VB == 8) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
+    w[0] = v.x, w[1] = v.y;
+  } else {
+    w[0] = __ldg(reinterpret_cast<const uint32_t*>(src));
+  }
+}
+
+template <int VB>
+__device__ __forceinline__ void store_vector(char* dst, const uint32_t* w) {
+  if constexpr (VB == 16)
+    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+  else if constexpr (VB == 8)
+    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+  else
+    *reinterpret_cast<uint32_t*>(dst) = w[0];
+}
+
+/// The register variant (no shared memory): each lane reads V input rows of one VB-byte vector,
+/// transposes the V x V block in registers and writes V output rows of one vector. A warp's lanes
+/// form 8 groups of kLaneGroup: a group shares its a-block and takes adjacent b-blocks, so every
+/// store instruction writes 4 x VB contiguous bytes of 8 output rows, and every load reads 8 x VB
+/// contiguous bytes of 4 input rows; each lane holds kBlocksPerLane blocks (stacked along b), and
+/// a CTA is 2 x 2 warps. CTA tiles go b-fastest, so the CTAs in flight write long runs of each
+/// output row. H200, [16384, 4096] (devx driver; bench/results/index-transpose-variants.md):
+/// bf16 73.7 us against 80.1 for the shared-memory word tiles and 68.8 for a memcpy of the bytes;
+/// f32 140.3 (153.7), u8 42.0 (61.8), f64 267.6 (285.2).
+constexpr int kLaneGroup = 4;
+constexpr int kBlocksPerLane = 2;
+constexpr int kWarpsA = 2, kWarpsB = 2;
+constexpr int kRegisterThreads = 32 * kWarpsA * kWarpsB;
+
+template <int EB, int VB>
+constexpr int64_t register_tile_a() {
+  return int64_t{32 / kLaneGroup} * (VB / EB) * kWarpsA;
+}
+template <int EB, int VB>
+constexpr int64_t register_tile_b() {
+  return int64_t{kLaneGroup} * (VB / EB) * kBlocksPerLane * kWarpsB;
+}
+
+template <int EB, int VB>
+__global__ void __launch_bounds__(kRegisterThreads) transpose_registers_kernel(const TransposeParams p) {
+  constexpr int V = VB / EB;
+  constexpr int64_t CA = register_tile_a<EB, VB>(), CB = register_tile_b<EB, VB>();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int64_t na = p.size[p.in_inner], nb = p.size[p.out_inner];
-  const int64_t ta = (na + T - 1) / T;
-  const int64_t sb_in = p.in_stride[p.out_inner], sa_out = p.out_stride[p.in_inner];
+  const int64_t tb = (nb + CB - 1) / CB;
+  const int64_t sb_in = p.in_stride[p.out_inner] * EB, sa_out = p.out_stride[p.in_inner] * EB;  // bytes
   for (int64_t blk = blockIdx.x; blk < p.tiles * p.batch; blk += gridDim.x) {
     const int64_t b = blk / p.tiles, t = blk % p.tiles;
-    const int64_t a0 = (t % ta) * T, b0 = (t / ta) * T;
     int64_t rem = b, in_base = 0, out_base = 0;
 #pragma unroll
     for (int d = kRank - 1; d >= 0; --d) {
@@ -512,31 +585,28 @@ __global__ void __launch_bounds__(kTileDim* kTileRows) transpose_words_kernel(co
       in_base += c * p.in_stride[d];
       out_base += c * p.out_stride[d];
     }
-    const int64_t ia = a0 + V * threadIdx.x;  // words are whole: na and nb are multiples of V
-    for (int j = threadIdx.y; j < T; j += kTileRows) {
-      const int64_t ib = b0 + j;
-      if (ia < na && ib < nb) {
-        const WW w = *reinterpret_cast<const WW*>(p.in + (in_base + ia + ib * sb_in) * EB);
-        W e[V];
-        memcpy(e, &w, WB);
+    // Sizes are whole vectors (the host checks), so a block is either wholly inside or outside.
+    const int64_t a = (t / tb) * CA + (warp % kWarpsA) * (CA / kWarpsA) + (lane / kLaneGroup) * V;
+    const int64_t b0 = (t % tb) * CB + (warp / kWarpsA) * (CB / kWarpsB) + (lane % kLaneGroup) * V;
+    if (a >= na) continue;
+    RegisterBlock<EB, VB> r[kBlocksPerLane];
 #pragma unroll
-        for (int k = 0; k < V; ++k) tile[j][V * threadIdx.x + k] = e[k];
-      }
-    }
-    __syncthreads();
-    const int64_t ob = b0 + V * threadIdx.x;
-    for (int j = threadIdx.y; j < T; j += kTileRows) {
-      const int64_t oa = a0 + j;
-      if (oa < na && ob < nb) {
-        W e[V];
+    for (int u = 0; u < kBlocksPerLane; ++u) {
+      const int64_t bb = b0 + u * kLaneGroup * V;
+      if (bb >= nb) continue;
+      const char* src = p.in + (in_base + a + bb * p.in_stride[p.out_inner]) * EB;
 #pragma unroll
-        for (int k = 0; k < V; ++k) e[k] = tile[V * threadIdx.x + k][j];
-        WW w;
-        memcpy(&w, e, WB);
-        *reinterpret_cast<WW*>(p.out + (out_base + ob + oa * sa_out) * EB) = w;
-      }
+      for (int i = 0; i < V; ++i) load_vector<VB>(r[u].w[i], src + i * sb_in);
     }
-    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < kBlocksPerLane; ++u) {
+      const int64_t bb = b0 + u * kLaneGroup * V;
+      if (bb >= nb) continue;
+      r[u].transpose();
+      char* dst = p.out + (out_base + bb + a * p.out_stride[p.in_inner]) * EB;
+#pragma unroll
+      for (int j = 0; j < V; ++j) store_vector<VB>(dst + j * sa_out, r[u].w[j]);
+    }
   }
 }
 
@@ -975,66 +1045,52 @@ cudaError_t launch_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStrea
 }
 
 int transpose_words_bytes(const TransposeParams& p, int elem_bytes) {
-  if (elem_bytes > 8) return 0;
-  // 1-byte elements: 4-byte words (8-byte ones would need a 256 x 264-byte tile, over the 48 KB of
-  // static shared memory); the others: words of two elements, 4 for 2-byte ones. H100, [16384,
-  // 4096] bf16 (devx driver, 94.0 us for a copy of the bytes): 4-byte words 106.4 us, 8-byte words
-  // with 8 / 4 / 16 tile rows 101.0 / 105.8 / 110.9, a register-transposing "pairs" kernel with a
-  // swizzled conflict-free tile 101.3. f32 with 8- or 16-byte words alike (190.6 / 191.1). H200
-  // and the dropped variants: bench/results/index-transpose-variants.md.
-  const int wb = elem_bytes == 1 ? 4 : elem_bytes == 2 ? 8 : 2 * elem_bytes;
-  const int v = wb / elem_bytes;
-  if (p.size[p.in_inner] % v || p.size[p.out_inner] % v) return 0;
-  if (reinterpret_cast<uintptr_t>(p.in) % wb || reinterpret_cast<uintptr_t>(p.out) % wb) return 0;
-  for (int d = 0; d < p.rank; ++d) {
-    if (d != p.in_inner && p.in_stride[d] % v) return 0;
-    if (d != p.out_inner && p.out_stride[d] % v) return 0;
+  // The widest vector of at least two elements that the inner sizes, the other dims' strides and
+  // both pointers allow (16 bytes for the common cases; narrower ones for sizes that are not
+  // whole 16-byte vectors). 16-byte elements stay on the element tiles.
+  for (int vb = 16; vb >= 4 && vb >= 2 * elem_bytes; vb /= 2) {
+    const int v = vb / elem_bytes;
+    bool ok = p.size[p.in_inner] % v == 0 && p.size[p.out_inner] % v == 0 &&
+              reinterpret_cast<uintptr_t>(p.in) % vb == 0 && reinterpret_cast<uintptr_t>(p.out) % vb == 0;
+    for (int d = 0; d < p.rank && ok; ++d)
+      ok = (d == p.in_inner || p.in_stride[d] % v == 0) && (d == p.out_inner || p.out_stride[d] % v == 0);
+    if (ok) return vb;
   }
-  return wb;
+  return 0;
 }
 
-cudaError_t launch_transpose(const TransposeParams& params, int elem_bytes, cudaStream_t stream) {
-  TransposeParams p = params;
-  const int tile = p.words ? kTileDim * (p.words / elem_bytes) : kTileDim;
-  const int64_t na = p.size[p.in_inner], nb = p.size[p.out_inner];
-  p.tiles = ((na + tile - 1) / tile) * ((nb + tile - 1) / tile);
+namespace {
+template <int EB, int VB>
+cudaError_t launch_transpose_registers(TransposeParams p, cudaStream_t stream) {
+  constexpr int64_t CA = register_tile_a<EB, VB>(), CB = register_tile_b<EB, VB>();
+  p.tiles = ((p.size[p.in_inner] + CA - 1) / CA) * ((p.size[p.out_inner] + CB - 1) / CB);
   const int64_t n = p.tiles * p.batch;
   if (n == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(n, int64_t{1} << 20));
-  const dim3 block(kTileDim, kTileRows);
-  if (p.words) {
-    if (elem_bytes == 1 && p.words == 4)
-      transpose_words_kernel<1, 4><<<blocks, block, 0, stream>>>(p);
-    else if (elem_bytes == 2 && p.words == 8)
-      transpose_words_kernel<2, 8><<<blocks, block, 0, stream>>>(p);
-    else if (elem_bytes == 4 && p.words == 8)
-      transpose_words_kernel<4, 8><<<blocks, block, 0, stream>>>(p);
-    else if (elem_bytes == 8 && p.words == 16)
-      transpose_words_kernel<8, 16><<<blocks, block, 0, stream>>>(p);
-    else
-      return cudaErrorInvalidValue;
-    return cudaGetLastError();
-  }
-  switch (elem_bytes) {
-    case 1:
-      transpose_kernel<1><<<blocks, block, 0, stream>>>(p);
-      break;
-    case 2:
-      transpose_kernel<2><<<blocks, block, 0, stream>>>(p);
-      break;
-    case 4:
-      transpose_kernel<4><<<blocks, block, 0, stream>>>(p);
-      break;
-    case 8:
-      transpose_kernel<8><<<blocks, block, 0, stream>>>(p);
-      break;
-    case 16:
-      transpose_kernel<16><<<blocks, block, 0, stream>>>(p);
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
+  transpose_registers_kernel<EB, VB><<<blocks, kRegisterThreads, 0, stream>>>(p);
   return cudaGetLastError();
+}
+}  // namespace
+
+cudaError_t launch_transpose(const TransposeParams& params, int elem_bytes, cudaStream_t stream) {
+  TransposeParams p = params;
+  return by_bytes(elem_bytes, [&]<int EB>() -> cudaError_t {
+    if constexpr (EB <= 8) {
+      if (p.words == 16) return launch_transpose_registers<EB, 16>(p, stream);
+      if constexpr (EB <= 4)
+        if (p.words == 8) return launch_transpose_registers<EB, 8>(p, stream);
+      if constexpr (EB <= 2)
+        if (p.words == 4) return launch_transpose_registers<EB, 4>(p, stream);
+    }
+    if (p.words) return cudaErrorInvalidValue;
+    const int64_t na = p.size[p.in_inner], nb = p.size[p.out_inner];
+    p.tiles = ((na + kTileDim - 1) / kTileDim) * ((nb + kTileDim - 1) / kTileDim);
+    const int64_t n = p.tiles * p.batch;
+    if (n == 0) return cudaSuccess;
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(n, int64_t{1} << 20));
+    transpose_kernel<EB><<<blocks, dim3(kTileDim, kTileRows), 0, stream>>>(p);
+    return cudaGetLastError();
+  });
 }
 
 void fill_bits(DType dt, double v, unsigned char out[16]) {

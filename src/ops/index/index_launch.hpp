@@ -85,8 +85,9 @@ bool row_copy_words(const CopyParams& p, int elem_bytes);
 /// i64: 64-bit index arithmetic (the launcher also switches to it when the chunk count needs it).
 cudaError_t launch_row_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream);
 
-/// A pure permutation copy whose innermost output dim is not the input's unit-stride dim:
-/// 32 x 32 tiles through shared memory over dims (in_inner, out_inner), the rest as batch.
+/// A pure permutation copy whose innermost output dim is not the input's unit-stride dim, over
+/// dims (in_inner, out_inner), the rest as batch: blocks of V x V elements transposed in registers
+/// when whole vectors fit (see `words`), 32 x 32 element tiles through shared memory otherwise.
 struct TransposeParams {
   int rank = 0;
   int64_t size[kRank] = {};
@@ -98,14 +99,12 @@ struct TransposeParams {
   const char* in = nullptr;
   int64_t tiles = 0;  ///< tiles per batch entry (set by launch_transpose)
   int64_t batch = 1;
-  /// Word bytes (0: element tiles). Words of several elements on both sides: 4-byte words of
-  /// 1-byte elements (tiles of 128 a side), 8-byte words of 2-byte elements (128 a side) and of
-  /// 4-byte ones (64 a side), 16-byte words of 8-byte ones (64 a side), so each warp reads and
-  /// writes rows of 128 (256, 512) bytes and each thread keeps 16 (8) words in flight. Set by the
-  /// host when both inner sizes, the strides of every other dim and the pointers allow whole words.
+  /// Vector bytes VB of the register variant (0: element tiles): 16, or 8 / 4 where the sizes
+  /// allow no wider, with V = VB / elem_bytes >= 2 elements. Set by the host when both inner sizes
+  /// are multiples of V, every other dim's strides too, and both pointers are VB-aligned.
   int words = 0;
 };
-/// The word bytes of the word-transposing variant for these tensors, or 0 when it does not apply
+/// The vector bytes of the register variant for these tensors, or 0 when it does not apply
 /// (see TransposeParams::words).
 int transpose_words_bytes(const TransposeParams& p, int elem_bytes);
 cudaError_t launch_transpose(const TransposeParams& p, int elem_bytes, cudaStream_t stream);

@@ -94,7 +94,9 @@ struct Lowered {
   bool i64 = false;
   std::string layout() const {
     if (empty) return "empty";
-    if (transpose) return "tiled-transpose-" + std::to_string(eb) + "B" + (tp.words ? "-words" : "");
+    if (transpose)
+      return tp.words ? "register-transpose-" + std::to_string(eb) + "B-" + std::to_string(tp.words) + "B-vectors"
+                      : "tiled-transpose-" + std::to_string(eb) + "B";
     const bool plain = ix::plain_copy(cp);
     return std::string(cp.in == nullptr        ? "fill"
                        : ix::plain_rows_ok(cp) ? "row-copy"
