@@ -1403,13 +1403,15 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
     // writes their sum (rounded to T, as torch's x + residual is); later passes of a streamed row
     // read that sum back, so in-place residual updates stay correct. `reduce_only`: a streamed
     // reduction pass (Op::kReduceReadsIn0 skips the second input there).
-    auto load = [&](int64_t cb, bool first_load, bool reduce_only) {
+    // `whole` (a compile-time bool): an active full row, so every vector is inside it and the
+    // loads go without per-vector tests.
+    auto load = [&](int64_t cb, bool first_load, bool reduce_only, auto whole) {
       const bool skip_in1 = Op::kReduceReadsIn0 && reduce_only;
 #pragma unroll
       for (int c = 0; c < kC; ++c) {
         const int64_t j0 = cb + (int64_t(lane) + int64_t(c) * rtpr) * kV;
-        ok[c] = active && j0 < n;
-        if (ok[c]) {
+        ok[c] = decltype(whole)::value || (active && j0 < n);
+        if (decltype(whole)::value || ok[c]) {
           if constexpr (kPacked) {  // raw vectors; masks never apply (kPacked excludes them)
             constexpr int kW = kV / 2;
             uint32_t* dst0 = &v[0][c * kW];
@@ -1557,7 +1559,15 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
     };
 
     if (cached) {
-      load(0, true, false);
+      // The forward of an active full row without a residual loads it without tests (H200
+      // standalone, [16384, 4096] bf16: layer_norm fw 72.0 -> 70.3 us, softmax fw 70.2 -> 69.1;
+      // the backward was 1.5% slower with it, so it keeps the tests).
+      constexpr bool kWholeOk = !kCluster && !Op::kMaskable && !kParamF32 && Op::kDir == Direction::Forward &&
+                                kV * sizeof(T) == 16;
+      if (kWholeOk && full_rows && active && !residual)
+        load(0, true, false, cuda::std::bool_constant<kWholeOk>{});
+      else
+        load(0, true, false, cuda::std::false_type{});
       w_kept = kSmemRows<Op>;
     }
     // One reduction pass of the row: the group's merged result turned into row statistics.
@@ -1567,7 +1577,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
         acc = reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st, RowCols{0, lane, rtpr});
       } else {
         for (int64_t cb = 0; cb < n; cb += chunk) {
-          load(cb, pass == 0, true);
+          load(cb, pass == 0, true, cuda::std::false_type{});
           acc = merge_of<Op>(pass, acc,
                              reduce_loaded<Op, M, kItems, kV, kPacked, T>(pass, v, ok, w, st, RowCols{cb, lane, rtpr}));
         }
@@ -1610,7 +1620,7 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
       emit_chunk(0);
     } else {
       for (int64_t cb = 0; cb < n; cb += chunk) {
-        load(cb, false, false);  // a fused residual sum is read back from residual_out
+        load(cb, false, false, cuda::std::false_type{});  // a fused residual sum is read back from residual_out
         emit_chunk(cb);
       }
     }
