@@ -333,13 +333,15 @@ def shifted_empty(shape, dt, elems):
 @pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
 @pytest.mark.parametrize("dt", ROW_DTYPES, ids=str)
 def test_pad_rows(mode, dt):
-    """The row kernels of pad's forward: warp tasks of rows (short rows, here up to 2 KB) and
-    16-byte output chunks (longer rows: the 1000-column f32 and f64 cases); odd sizes, many
+    """The row kernels of pad's forward: warp tasks of rows (short rows, here up to 2 KB),
+    16-byte output chunks (longer rows: the 1000-column f32 and f64 cases) and warp tasks inside
+    one row (rows of 4 KB and more: the last three cases); odd sizes, many
     tasks with a partial last one, misaligned input and output views, a transposed input (its
     padded dim strided), rows crossing chunk boundaries."""
     cases = [((2, 3, 16, 16), (1, 1, 1, 1)), ((4, 6, 33), (5, 7)), ((5, 64), (8, 8, 3, 2)), ((2, 17, 18), (1, 1, 1, 1)),
              ((3, 9, 130), (2, 1, 0, 0, 1, 1)), ((7, 40), (3, 4)), ((3, 5, 70, 130), (1, 1, 1, 1)),
-             ((37, 1000), (9, 15, 2, 1))]
+             ((37, 1000), (9, 15, 2, 1)), ((5, 4100), (3, 9)), ((3, 2, 2100), (7, 1, 1, 1)),
+             ((4, 1100), (600, 700))]  # the last three: rows of >= 4 KB (tasks inside one row) for 2+ byte dtypes
     for shape, pad in cases:
         x = make(shape, dt, "padrows", shape, mode, dt)
         same_bits(F.pad(x, pad, mode), ref_op(lambda t: pad_reference(t, pad, mode), x), f"pad rows {mode} {shape}")
@@ -365,6 +367,9 @@ def test_pad_rows_constant_value_crop_and_empty(dt):
     x = make((4, 40), dt, "padrows-v", dt)
     for pad in [(3, 5, 1, 1), (-3, 5, 1, -2), (30, 2), (-39, 0)]:
         same_bits(F.pad(x, pad, value=2.5), tF.pad(x, pad, value=2.5), f"pad rows value {pad}")
+    xl = make((3, 3000), dt, "padrows-vl", dt)
+    for pad in [(-7, 1200), (1300, -5, 1, 0)]:
+        same_bits(F.pad(xl, pad, value=2.5), tF.pad(xl, pad, value=2.5), f"pad long rows value {pad}")
     e = torch.empty((3, 0), dtype=dt, device=DEV)
     same_bits(F.pad(e, (9, 8), value=1.0), tF.pad(e, (9, 8), value=1.0), "pad rows of an empty dim")
     assert F.pad(torch.empty((0, 40), dtype=dt, device=DEV), (3, 3)).shape == (0, 46)

@@ -570,6 +570,14 @@ TEST(IndexLayout, MappedOps) {
   lra.x = ref_of(0, DType::bf16, Layout::contiguous({37, 1000}));
   lra.out = mut_of(1, DType::bf16, Layout::contiguous({37, 1008}));
   EXPECT_EQ(long_rows->layout_for(lra), "mapped-rows-words-2B-i32");
+  // Rows of at least 4 KB: warp tasks inside one row (2048 bf16 = 4096 bytes; 2038 stay on words).
+  for (const int64_t n : {2040, 2030}) {
+    auto lr4k = IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::bf16, Shape::of({37, n}), lr, PadMode::reflect));
+    IndexArgs la;
+    la.x = ref_of(0, DType::bf16, Layout::contiguous({37, n}));
+    la.out = mut_of(1, DType::bf16, Layout::contiguous({37, n + 8}));
+    EXPECT_EQ(lr4k->layout_for(la), n == 2040 ? "mapped-rows-long-2B-i32" : "mapped-rows-words-2B-i32");
+  }
   // 255 bf16 (510 bytes) stay on the element kernels.
   auto below = IndexPlan::select(kTarget, IndexDesc::pad_nd(DType::bf16, Shape::of({37, 247}), lr, PadMode::reflect));
   IndexArgs ba;

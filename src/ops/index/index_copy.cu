@@ -924,11 +924,136 @@ cudaError_t pad_words_launch(const CopyParams& p, const WordGeom& g, bool i64, c
   return cudaGetLastError();
 }
 
+// ---- pad's forward on long rows: a warp task never leaves its row ------------------------------
+/// Why: on rows of 4 KB and more, pad_words_kernel's per-word work (the row and column of every
+/// word by a multiply-high and a shuffle, tasks that may cross rows) made it issue-bound (H200
+/// ncu, bf16 [8192, 4095] pad (1, 2): 59% of issue slots busy, 42% achieved occupancy, 2.3 TB/s).
+/// Here a warp task is 32 x kLongRowTask aligned 16-byte words of ONE row (lane + 32 h, so every
+/// store instruction writes 512 contiguous bytes), so the row's input and output offsets are
+/// found once a task and a word's column is a multiply-add. Interior words read the aligned input
+/// word(s) covering their sources and funnel-shift them (all loads issued before the first store),
+/// words outside the input of a constant pad store the fill; the rest (pad columns of the other
+/// modes, words at the shift window's edges) and the row's unaligned head and tail elements map
+/// element by element. H200 standalone (devx driver), bf16 [8192, 4095] pad (1, 2): constant
+/// 48.6 -> 41.1 us, reflect 46.9 -> 40.5 (a memcpy of the input's bytes: 37.6); it loses below
+/// ~4 KB rows (2040 B: 92.4 -> 95.4; 512 B: 54.9 -> 60.6 even with tasks of 8 lanes), which keep
+/// pad_words_kernel.
+struct LongRowGeom {
+  int64_t rows = 0, tasks_per_row = 0;
+  int out_mis = 0, in_mis = 0;  ///< (address / element bytes) mod elements a word
+  int fill_outside = 0;         ///< constant pad: columns outside the window take the fill
+  int64_t win_lo = 0, win_hi = 0;  ///< the inner dim's shift window (output columns)
+  int64_t in_reach = 0;            ///< the input's footprint in elements
+};
+inline constexpr int kLongRowTask = 4;           ///< words a lane
+inline constexpr int64_t kLongRowBytes = 4096;  ///< output rows at least this long
+
+template <int EB>
+bool pad_long_rows_geom(const CopyParams& p, LongRowGeom* g) {
+  constexpr int V = 16 / EB;
+  const int inner = p.rank - 1;
+  const MapDim& m = p.d[inner];
+  if (m.in_stride != 1 || m.out_stride != 1 || m.out_size * EB < kLongRowBytes) return false;
+  if (m.mode != kIdentity && m.mode != kReflect && m.mode != kReplicate && m.mode != kCircular) return false;
+  LongRowGeom r;
+  r.rows = p.total / m.out_size;
+  r.tasks_per_row = (m.out_size / V + 32 * kLongRowTask - 1) / (32 * kLongRowTask);
+  r.out_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.out) / EB) % V);
+  r.in_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.in) / EB) % V);
+  r.fill_outside = m.mode == kIdentity;
+  shift_window(m, &r.win_lo, &r.win_hi);
+  r.in_reach = 1;
+  for (int d = 0; d < p.rank; ++d) {
+    if (p.d[d].in_size == 0) r.in_reach = 0;
+    if (r.in_reach) r.in_reach += (p.d[d].in_size - 1) * p.d[d].in_stride;
+  }
+  *g = r;
+  return true;
+}
+
+template <int EB, class I>
+__global__ void __launch_bounds__(256, 4) pad_long_rows_kernel(const CopyParams p, const LongRowGeom g) {
+  using W = typename Word<EB>::type;
+  constexpr int V = 16 / EB, U = kLongRowTask;
+  const W fill = fill_of<EB>(p);
+  const uint4 fill16 = fill_word<EB>(fill);
+  const W* in = reinterpret_cast<const W*>(p.in);
+  W* out = reinterpret_cast<W*>(p.out);
+  const int inner = p.rank - 1;
+  const I w = static_cast<I>(p.d[inner].out_size), n = static_cast<I>(p.d[inner].in_size);
+  const I a = static_cast<I>(p.d[inner].a);
+  const int mode = p.d[inner].mode;
+  const I win_lo = static_cast<I>(g.win_lo), win_hi = static_cast<I>(g.win_hi), reach = static_cast<I>(g.in_reach);
+  const I tpr = static_cast<I>(g.tasks_per_row), tasks = static_cast<I>(g.rows) * tpr;
+  const int lane = threadIdx.x & 31;
+  const I warps = static_cast<I>(gridDim.x) * 8;
+  for (I t = static_cast<I>(blockIdx.x) * 8 + threadIdx.x / 32; t < tasks; t += warps) {
+    const I row = t / tpr, chunk = t - row * tpr;
+    const RowAt<I> ra = locate_dims<I>(p, 0, inner, row);
+    // The row's first aligned word starts `head` elements in; `body` whole words follow.
+    const int head = static_cast<int>((V - ((static_cast<I>(g.out_mis) + ra.out) & (V - 1))) & (V - 1));
+    const I body = (w - head) / V;
+    W* const orow = out + ra.out;
+    const I k0 = chunk * (32 * U) + lane;  // word k0 + 32 h of the body: columns [head + V k, + V)
+    uint4 lo[U], hi[U];
+    unsigned vec = 0, fillw = 0, edge = 0, shifts = 0;  // shifts: byte shift of word h in bits [8h, 8h + 8)
+#pragma unroll
+    for (int h = 0; h < U; ++h) {
+      const I c = head + V * (k0 + 32 * h);
+      const I src = ra.in + c - a;
+      const int mis = static_cast<int>((static_cast<I>(g.in_mis) + src) & (V - 1));
+      const I al = src - mis;  // the aligned word at or before the first source
+      const bool live = k0 + 32 * h < body;
+      const bool v = live && ra.ok && c >= win_lo && c + V <= win_hi && al >= 0 && al + (mis ? 2 * V : V) <= reach;
+      const bool f = live && (!ra.ok || (g.fill_outside && (c + V <= win_lo || c >= win_hi)));
+      lo[h] = hi[h] = make_uint4(0, 0, 0, 0);
+      shifts |= static_cast<unsigned>(mis * EB) << (8 * h);
+      // Plain loads (see pad_words_kernel: .nc loads may be sunk past the stores).
+      if (v) lo[h] = *reinterpret_cast<const uint4*>(in + al);
+      if (v && mis) hi[h] = *(reinterpret_cast<const uint4*>(in + al) + 1);
+      vec |= unsigned(v) << h;
+      fillw |= unsigned(f) << h;
+      edge |= unsigned(live && !v && !f) << h;
+    }
+#pragma unroll
+    for (int h = 0; h < U; ++h) {
+      uint4* dst = reinterpret_cast<uint4*>(orow + head + V * (k0 + 32 * h));
+      if ((vec >> h) & 1u) *dst = funnel16(lo[h], hi[h], (shifts >> (8 * h)) & 0xff);
+      if ((fillw >> h) & 1u) *dst = fill16;
+    }
+    // Element by element: this lane's edge words, the row's head (first task) and tail (last).
+    auto element = [&](I c) {
+      W val = fill;
+      if (ra.ok) {
+        const I i = map_coord<I>(mode, c, n, a);
+        if (i >= 0 && i < n) val = __ldg(in + ra.in + i);
+      }
+      orow[c] = val;
+    };
+#pragma unroll
+    for (int h = 0; h < U; ++h)
+      if ((edge >> h) & 1u)
+        for (int e = 0; e < V; ++e) element(head + V * (k0 + 32 * h) + e);
+    if (chunk == 0 && lane < head) element(lane);
+    if (chunk == tpr - 1 && head + body * V + lane < w) element(head + body * V + lane);
+  }
+}
+
 /// words: the word variant where it applies (pad_words_geom); false keeps the element kernels
 /// (the standalone comparison driver runs both).
 template <int EB>
 cudaError_t row_copy_with(const CopyParams& p, bool i64, cudaStream_t stream, bool words = true) {
   constexpr int V = 16 / EB;
+  if (LongRowGeom g; words && pad_long_rows_geom<EB>(p, &g)) {
+    // 32-bit arithmetic also needs the task counter past one grid stride below 2^31.
+    if (g.rows * g.tasks_per_row + (int64_t{1} << 28) >= (int64_t{1} << 31)) i64 = true;
+    const unsigned blocks = grid_for(g.rows * g.tasks_per_row, 1, 8);  // 8 warps (tasks) a block
+    if (i64)
+      pad_long_rows_kernel<EB, int64_t><<<blocks, 256, 0, stream>>>(p, g);
+    else
+      pad_long_rows_kernel<EB, int32_t><<<blocks, 256, 0, stream>>>(p, g);
+    return cudaGetLastError();
+  }
   if (WordGeom g; words && pad_words_geom<EB, kWordTask>(p, &g))
     return pad_words_launch<EB, kWordTask>(p, g, i64, stream);
   RowGeom r;
@@ -1004,6 +1129,13 @@ bool row_copy_words(const CopyParams& p, int elem_bytes) {
   return with_row_bytes(elem_bytes, false, [&](auto eb) {
     WordGeom g;
     return pad_words_geom<decltype(eb)::value, kWordTask>(p, &g);
+  });
+}
+
+bool row_copy_long_rows(const CopyParams& p, int elem_bytes) {
+  return with_row_bytes(elem_bytes, false, [&](auto eb) {
+    LongRowGeom g;
+    return pad_long_rows_geom<decltype(eb)::value>(p, &g);
   });
 }
 

@@ -82,6 +82,9 @@ bool row_copy_ok(const CopyParams& p, int elem_bytes);
 /// funnel-shifted from aligned input words; pad modes along a unit-stride last dim with output
 /// rows of at least 512 bytes). Host-only: it only reads shapes, strides and modes.
 bool row_copy_words(const CopyParams& p, int elem_bytes);
+/// Whether launch_row_copy takes the long-row variant (pad_long_rows_kernel: warp tasks inside one
+/// output row of at least 4 KB; checked before the word variant). Host-only.
+bool row_copy_long_rows(const CopyParams& p, int elem_bytes);
 /// i64: 64-bit index arithmetic (the launcher also switches to it when the chunk count needs it).
 cudaError_t launch_row_copy(const CopyParams& p, int elem_bytes, bool i64, cudaStream_t stream);
 

@@ -101,7 +101,9 @@ struct Lowered {
     return std::string(cp.in == nullptr        ? "fill"
                        : ix::plain_rows_ok(cp) ? "row-copy"
                        : plain                 ? "strided-copy"
-                       : rows                  ? (ix::row_copy_words(cp, eb) ? "mapped-rows-words" : "mapped-rows")
+                       : rows                  ? (ix::row_copy_long_rows(cp, eb) ? "mapped-rows-long"
+                                                  : ix::row_copy_words(cp, eb) ? "mapped-rows-words"
+                                                                               : "mapped-rows")
                                                : "mapped-copy") +
            "-" + std::to_string(eb) + "B-" + (i64 ? "i64" : "i32");
   }
