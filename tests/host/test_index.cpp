@@ -473,10 +473,10 @@ TEST(IndexLayout, CopyVariants) {
   }
   {
     // bf16 with inner sizes that are whole 4-element but not 8-element vectors.
-    auto p12 = IndexPlan::select(kTarget, IndexDesc::copy(DType::bf16, Shape::of({12, 20})));
+    auto p12 = IndexPlan::select(kTarget, IndexDesc::copy(DType::bf16, Shape::of({24, 20})));
     IndexArgs t;
-    t.x = ref_of(0, DType::bf16, strided({12, 20}, {1, 12}));
-    t.out = mut_of(1, DType::bf16, Layout::contiguous({12, 20}));
+    t.x = ref_of(0, DType::bf16, strided({24, 20}, {1, 24}));
+    t.out = mut_of(1, DType::bf16, Layout::contiguous({24, 20}));
     EXPECT_EQ(p12->layout_for(t), "register-transpose-2B-8B-vectors");
   }
   a.x.data = fake_ptr(0, 2);  // bf16 vectors need at least 4-byte aligned pointers: element tiles
