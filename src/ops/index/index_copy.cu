@@ -642,6 +642,23 @@ cudaError_t copy_with(const CopyParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+/// The input's footprint in elements ([in, in + reach) holds every element it may read; 0 for
+/// an empty input): the bound the row kernels' aligned word loads stay inside.
+int64_t input_reach(const CopyParams& p) {
+  int64_t reach = 1;
+  for (int d = 0; d < p.rank; ++d) {
+    if (p.d[d].in_size == 0) return 0;
+    reach += (p.d[d].in_size - 1) * p.d[d].in_stride;
+  }
+  return reach;
+}
+
+/// Elements of EB bytes between the 16-byte boundary at or below `ptr` and `ptr`.
+template <int EB>
+int elems_past_word(const void* ptr) {
+  return static_cast<int>((reinterpret_cast<uintptr_t>(ptr) / EB) % (16 / EB));
+}
+
 /// The inner dim's shift window: output coordinates o whose input coordinate is o - a (a
 /// contiguous run of the input). Empty for the maps that are not a shift there.
 void shift_window(const MapDim& m, int64_t* lo, int64_t* hi) {
@@ -897,15 +914,11 @@ bool pad_words_geom(const CopyParams& p, WordGeom* g) {
   const int64_t words = (seg + 2 * V - 2) / V;  // a head of up to V - 1 elements before the first boundary
   r.tasks_per_seg = (words + 32 * U - 1) / (32 * U);
   r.tasks = n_seg * r.tasks_per_seg;
-  r.out_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.out) / EB) % V);
-  r.in_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.in) / EB) % V);
+  r.out_mis = elems_past_word<EB>(p.out);
+  r.in_mis = elems_past_word<EB>(p.in);
   r.w_magic = static_cast<uint32_t>((uint64_t{1} << 32) / static_cast<uint64_t>(w));
   shift_window(m, &r.win_lo, &r.win_hi);
-  r.in_reach = 1;
-  for (int d = 0; d < p.rank; ++d) {
-    if (p.d[d].in_size == 0) r.in_reach = 0;
-    if (r.in_reach) r.in_reach += (p.d[d].in_size - 1) * p.d[d].in_stride;
-  }
+  r.in_reach = input_reach(p);
   *g = r;
   return true;
 }
@@ -958,15 +971,11 @@ bool pad_long_rows_geom(const CopyParams& p, LongRowGeom* g) {
   LongRowGeom r;
   r.rows = p.total / m.out_size;
   r.tasks_per_row = (m.out_size / V + 32 * kLongRowTask - 1) / (32 * kLongRowTask);
-  r.out_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.out) / EB) % V);
-  r.in_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.in) / EB) % V);
+  r.out_mis = elems_past_word<EB>(p.out);
+  r.in_mis = elems_past_word<EB>(p.in);
   r.fill_outside = m.mode == kIdentity;
   shift_window(m, &r.win_lo, &r.win_hi);
-  r.in_reach = 1;
-  for (int d = 0; d < p.rank; ++d) {
-    if (p.d[d].in_size == 0) r.in_reach = 0;
-    if (r.in_reach) r.in_reach += (p.d[d].in_size - 1) * p.d[d].in_stride;
-  }
+  r.in_reach = input_reach(p);
   *g = r;
   return true;
 }
@@ -1066,15 +1075,11 @@ cudaError_t row_copy_with(const CopyParams& p, bool i64, cudaStream_t stream, bo
   r.seg_len = seg;
   r.chunks_per_seg = (seg + 2 * V - 2) / V;  // a head of up to V - 1 elements before the first boundary
   r.chunks = n_seg * r.chunks_per_seg;
-  r.out_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.out) / EB) % V);
-  r.in_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.in) / EB) % V);
+  r.out_mis = elems_past_word<EB>(p.out);
+  r.in_mis = elems_past_word<EB>(p.in);
   r.fast_in = p.d[inner].in_stride == 1;
   shift_window(p.d[inner], &r.win_lo, &r.win_hi);
-  r.in_reach = 1;
-  for (int d = 0; d < p.rank; ++d) {
-    if (p.d[d].in_size == 0) r.in_reach = 0;
-    if (r.in_reach) r.in_reach += (p.d[d].in_size - 1) * p.d[d].in_stride;
-  }
+  r.in_reach = input_reach(p);
   if (p.d[inner].out_size * EB <= kWarpRowMax) {  // short rows: a warp a task of rows
     const int64_t w_out = p.d[inner].out_size, rows = p.total / w_out;
     const int task_rows = warp_row_task_rows(rows, kRowBatch<EB>);
