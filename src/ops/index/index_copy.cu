@@ -520,27 +520,18 @@ struct RegisterBlock {
   }
 };
 
+/// One VB-byte vector (RawOf<VB>: uint4 / uint2 / uint32_t) to and from VB / 4 32-bit words.
 template <int VB>
 __device__ __forceinline__ void load_vector(uint32_t* w, const char* src) {
-  if constexpr (VB == 16) {
-    const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
-    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-  } else if constexpr (VB == 8) {
-    const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
-    w[0] = v.x, w[1] = v.y;
-  } else {
-    w[0] = __ldg(reinterpret_cast<const uint32_t*>(src));
-  }
+  const auto v = __ldg(reinterpret_cast<const typename ::baracuda::kern::RawOf<VB>::type*>(src));
+  memcpy(w, &v, VB);
 }
 
 template <int VB>
 __device__ __forceinline__ void store_vector(char* dst, const uint32_t* w) {
-  if constexpr (VB == 16)
-    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-  else if constexpr (VB == 8)
-    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-  else
-    *reinterpret_cast<uint32_t*>(dst) = w[0];
+  typename ::baracuda::kern::RawOf<VB>::type v;
+  memcpy(&v, w, VB);
+  *reinterpret_cast<typename ::baracuda::kern::RawOf<VB>::type*>(dst) = v;
 }
 
 /// The register variant (no shared memory): each lane reads V input rows of one VB-byte vector,
