@@ -644,10 +644,17 @@ int64_t input_reach(const CopyParams& p) {
   return reach;
 }
 
-/// Elements of EB bytes between the 16-byte boundary at or below `ptr` and `ptr`.
-template <int EB>
-int elems_past_word(const void* ptr) {
-  return static_cast<int>((reinterpret_cast<uintptr_t>(ptr) / EB) % (16 / EB));
+void shift_window(const MapDim& m, int64_t* lo, int64_t* hi);
+
+/// The fields every row-copy geometry (RowGeom, WordGeom, LongRowGeom) derives alike: the
+/// pointers' element offsets past a 16-byte boundary, the inner dim's shift window and the
+/// input's footprint.
+template <int EB, class G>
+void set_row_window(const CopyParams& p, G* r) {
+  r->out_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.out) / EB) % (16 / EB));
+  r->in_mis = static_cast<int>((reinterpret_cast<uintptr_t>(p.in) / EB) % (16 / EB));
+  shift_window(p.d[p.rank - 1], &r->win_lo, &r->win_hi);
+  r->in_reach = input_reach(p);
 }
 
 /// The inner dim's shift window: output coordinates o whose input coordinate is o - a (a
@@ -721,6 +728,32 @@ __device__ __forceinline__ uint32_t div_magic(uint32_t x, uint32_t w, uint32_t m
   return q;
 }
 
+/// What both pad row kernels (pad_words_kernel, pad_long_rows_kernel) read first: the fill as an
+/// element and as a 16-byte word, the typed pointers, and the inner dim's output size, input
+/// size and pad before.
+template <int EB, class I>
+struct PadInner {
+  using W = typename Word<EB>::type;
+  W fill;
+  uint4 fill16;
+  const W* in;
+  W* out;
+  I w, n, a;
+};
+template <int EB, class I>
+__device__ __forceinline__ PadInner<EB, I> pad_inner(const CopyParams& p) {
+  using W = typename Word<EB>::type;
+  const W fill = fill_of<EB>(p);
+  const MapDim& m = p.d[p.rank - 1];
+  return {fill,
+          fill_word<EB>(fill),
+          reinterpret_cast<const W*>(p.in),
+          reinterpret_cast<W*>(p.out),
+          static_cast<I>(m.out_size),
+          static_cast<I>(m.in_size),
+          static_cast<I>(m.a)};
+}
+
 /// MinB: blocks an SM the registers must allow (4: 64 registers, 32 warps; a few bytes spill at
 /// U = 4, in the per-task code).
 template <int EB, class I, int U, int MinB = 4>
@@ -728,13 +761,8 @@ __global__ void __launch_bounds__(256, MinB) pad_words_kernel(const CopyParams p
   using W = typename Word<EB>::type;
   constexpr int V = 16 / EB;
   constexpr unsigned kAll = 0xffffffffu;
-  const W fill = fill_of<EB>(p);
-  const uint4 fill16 = fill_word<EB>(fill);
-  const W* in = reinterpret_cast<const W*>(p.in);
-  W* out = reinterpret_cast<W*>(p.out);
+  const auto [fill, fill16, in, out, w_out, n_in, a_in] = pad_inner<EB, I>(p);
   const int inner = p.rank - 1;
-  const I w_out = static_cast<I>(p.d[inner].out_size), n_in = static_cast<I>(p.d[inner].in_size);
-  const I a_in = static_cast<I>(p.d[inner].a);
   const I seg_len = static_cast<I>(g.seg_len), tps = static_cast<I>(g.tasks_per_seg);
   const I last_row = static_cast<I>(g.rows_per_seg) - 1;
   const I win_lo = static_cast<I>(g.win_lo), win_hi = static_cast<I>(g.win_hi);
@@ -905,11 +933,8 @@ bool pad_words_geom(const CopyParams& p, WordGeom* g) {
   const int64_t words = (seg + 2 * V - 2) / V;  // a head of up to V - 1 elements before the first boundary
   r.tasks_per_seg = (words + 32 * U - 1) / (32 * U);
   r.tasks = n_seg * r.tasks_per_seg;
-  r.out_mis = elems_past_word<EB>(p.out);
-  r.in_mis = elems_past_word<EB>(p.in);
   r.w_magic = static_cast<uint32_t>((uint64_t{1} << 32) / static_cast<uint64_t>(w));
-  shift_window(m, &r.win_lo, &r.win_hi);
-  r.in_reach = input_reach(p);
+  set_row_window<EB>(p, &r);
   *g = r;
   return true;
 }
@@ -962,11 +987,8 @@ bool pad_long_rows_geom(const CopyParams& p, LongRowGeom* g) {
   LongRowGeom r;
   r.rows = p.total / m.out_size;
   r.tasks_per_row = (m.out_size / V + 32 * kLongRowTask - 1) / (32 * kLongRowTask);
-  r.out_mis = elems_past_word<EB>(p.out);
-  r.in_mis = elems_past_word<EB>(p.in);
   r.fill_outside = m.mode == kIdentity;
-  shift_window(m, &r.win_lo, &r.win_hi);
-  r.in_reach = input_reach(p);
+  set_row_window<EB>(p, &r);
   *g = r;
   return true;
 }
@@ -975,13 +997,8 @@ template <int EB, class I>
 __global__ void __launch_bounds__(256, 4) pad_long_rows_kernel(const CopyParams p, const LongRowGeom g) {
   using W = typename Word<EB>::type;
   constexpr int V = 16 / EB, U = kLongRowTask;
-  const W fill = fill_of<EB>(p);
-  const uint4 fill16 = fill_word<EB>(fill);
-  const W* in = reinterpret_cast<const W*>(p.in);
-  W* out = reinterpret_cast<W*>(p.out);
+  const auto [fill, fill16, in, out, w, n, a] = pad_inner<EB, I>(p);
   const int inner = p.rank - 1;
-  const I w = static_cast<I>(p.d[inner].out_size), n = static_cast<I>(p.d[inner].in_size);
-  const I a = static_cast<I>(p.d[inner].a);
   const int mode = p.d[inner].mode;
   const I win_lo = static_cast<I>(g.win_lo), win_hi = static_cast<I>(g.win_hi), reach = static_cast<I>(g.in_reach);
   const I tpr = static_cast<I>(g.tasks_per_row), tasks = static_cast<I>(g.rows) * tpr;
@@ -1066,11 +1083,8 @@ cudaError_t row_copy_with(const CopyParams& p, bool i64, cudaStream_t stream, bo
   r.seg_len = seg;
   r.chunks_per_seg = (seg + 2 * V - 2) / V;  // a head of up to V - 1 elements before the first boundary
   r.chunks = n_seg * r.chunks_per_seg;
-  r.out_mis = elems_past_word<EB>(p.out);
-  r.in_mis = elems_past_word<EB>(p.in);
   r.fast_in = p.d[inner].in_stride == 1;
-  shift_window(p.d[inner], &r.win_lo, &r.win_hi);
-  r.in_reach = input_reach(p);
+  set_row_window<EB>(p, &r);
   if (p.d[inner].out_size * EB <= kWarpRowMax) {  // short rows: a warp a task of rows
     const int64_t w_out = p.d[inner].out_size, rows = p.total / w_out;
     const int task_rows = warp_row_task_rows(rows, kRowBatch<EB>);
