@@ -436,11 +436,14 @@ def test_short_math_fmod_remainder_16bit(dtype):
 @needs_cuda
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("name", ["lgamma", "digamma", "polygamma1"])
-def test_lut16_large_tensor(name, dtype):
+@pytest.mark.parametrize("n", [64 * 65536 + 5, 300 * 65536 + 8 * 1000 + 13])
+def test_lut16_large_tensor(name, dtype, n):
     """Past 2^22 elements the 16-bit plan reads a table of its own kernel's results (lut16.hpp):
-    every bit pattern 64 times in random order, against torch (NaN positions; values of x > 0
-    within the dtype's rounding), and bit for bit (NaN payloads too) against the direct kernel,
-    which a small tensor and a misaligned view of the large one take."""
+    every bit pattern ~64 or ~300 times in random order, against torch (NaN positions; values of
+    x > 0 within the dtype's rounding), and bit for bit (NaN payloads too) against the direct
+    kernel, which a small tensor and a misaligned view of the large one take. The sizes: 128
+    tasks of 64 KiB (one a CTA on 132 SMs) and a tail of 5; ~600 tasks (several a CTA, claimed
+    from the counter), the last one partial, and a tail of 5."""
     from baracuda import _C
     from baracuda._autograd import dl
 
@@ -448,7 +451,7 @@ def test_lut16_large_tensor(name, dtype):
     ours_fn, ref_fn = _SHORT_UNARY[name]
     every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dt).cuda()
     g = torch.Generator(device="cuda").manual_seed(5)
-    idx = torch.randint(0, 65536, (64 * 65536 + 5,), device="cuda", generator=g)  # + 5: a tail past 8
+    idx = torch.randint(0, 65536, (n,), device="cuda", generator=g)
     x = every[idx]
     out = torch.empty_like(x)
     params = [1.0] if name == "polygamma1" else []

@@ -1,6 +1,7 @@
 // The 16-bit short forms of src/kernels/common/short_math.cuh on the host (their __host__ path
 // evaluates the MUFU instructions in double and rounds, see the header), against the C library in
-// double: every bf16 input for the unary forms, and fmod_short bit for bit against std::fmod. The
+// double: every bf16 input for the unary forms, and fmod_short / remainder_short bit for bit against
+// std::fmod / ATen's remainder on bf16 and f16 pairs. The
 // GPU suite (test_elementwise_special.py) checks the device build against torch on every bf16/f16
 // input; this keeps the accuracy claims in the header checked in CI, without a GPU.
 #include <gtest/gtest.h>
@@ -78,24 +79,46 @@ TEST(ShortMath, SinhExpm1EveryBf16Input) {
   EXPECT_LE(worst_ulps(sm::expm1_short, [](double x) { return std::expm1(x); }, &at), 64.0) << at;
 }
 
-TEST(ShortMath, FmodIsExactForBf16Pairs) {
-  // Every 97th bf16 bit pattern as a against every pattern as b (44M pairs), bit for bit with
-  // std::fmod, the sign of zero included.
+float f16_value(uint32_t bits) {
+  const int e = (bits >> 10) & 31, m = bits & 1023;
+  const float mag = e == 31 ? (m ? NAN : INFINITY) : std::ldexp(float(e ? (1024 | m) : m), (e ? e : 1) - 25);
+  return (bits & 0x8000) ? -mag : mag;
+}
+/// ATen's remainder for floating types, as it is written there (float opmath for 16-bit storage).
+float aten_remainder(float a, float b) {
+  float mod = std::fmod(a, b);
+  if (mod != 0.0f && ((b < 0.0f) != (mod < 0.0f))) mod += b;
+  return mod;
+}
+/// Every 97th 16-bit pattern as a against every pattern as b (44M pairs) of bf16 and of f16: the
+/// short form bit for bit with the reference (the sign of zero included; NaN against NaN).
+template <class Short, class Ref>
+long pairs_differing(Short ours, Ref ref, const char* name) {
   long differ = 0;
-  for (uint32_t i = 0; i < 65536; i += 97)
-    for (uint32_t j = 0; j < 65536; ++j) {
-      const float a = bf16_value(i), b = bf16_value(j);
-      const float got = sm::fmod_short(a, b), want = std::fmod(a, b);
-      if (std::isnan(want)) {
-        differ += !std::isnan(got);
-        continue;
+  for (float (*value)(uint32_t) : {bf16_value, f16_value})
+    for (uint32_t i = 0; i < 65536; i += 97)
+      for (uint32_t j = 0; j < 65536; ++j) {
+        const float a = value(i), b = value(j);
+        const float got = ours(a, b), want = ref(a, b);
+        if (std::isnan(want)) {
+          differ += !std::isnan(got);
+          continue;
+        }
+        uint32_t gb, wb;
+        std::memcpy(&gb, &got, 4);
+        std::memcpy(&wb, &want, 4);
+        if (gb != wb && differ++ < 4)
+          ADD_FAILURE() << name << "(" << a << ", " << b << ") = " << got << ", want " << want;
       }
-      uint32_t gb, wb;
-      std::memcpy(&gb, &got, 4);
-      std::memcpy(&wb, &want, 4);
-      if (gb != wb && differ++ < 4) ADD_FAILURE() << "fmod(" << a << ", " << b << ") = " << got << ", want " << want;
-    }
-  EXPECT_EQ(differ, 0);
+  return differ;
+}
+
+TEST(ShortMath, FmodIsExactFor16BitPairs) {
+  EXPECT_EQ(pairs_differing(sm::fmod_short, [](float a, float b) { return std::fmod(a, b); }, "fmod"), 0);
+}
+
+TEST(ShortMath, RemainderIsAtensFor16BitPairs) {
+  EXPECT_EQ(pairs_differing(sm::remainder_short, aten_remainder, "remainder"), 0);
 }
 
 /// ATen's div_floor_floating for float, written as ATen writes it (the reference for the f32 path).

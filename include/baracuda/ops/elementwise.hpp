@@ -110,6 +110,9 @@ class ElementwisePlan {
   /// requirements are always met; Tristate::Forbid on `vectorized` disables the 16-byte path.
   static Result<ElementwisePlan> select(const Target& target, const ElementwiseDesc& desc,
                                         const PlanPreference& pref = {});
+  /// Backward gradients of broadcast inputs: required. Forward plans that read a table
+  /// (layout "contiguous-lut16"): 256 bytes for its kernel's task counter, optional (given less,
+  /// run() takes the direct kernel).
   size_t workspace_size() const { return workspace_bytes_; }
   /// Checks tensors against the descriptor: count, dtypes, shapes, no negative strides, no
   /// self-overlapping outputs, outputs not partially aliasing inputs, footprint within 2^63.
@@ -138,7 +141,8 @@ class ElementwisePlan {
 };
 
 /// One-line convenience: select (cached per thread by descriptor) and run. For callers who
-/// do not keep plans. Workspace-needing backward calls take a caller buffer.
+/// do not keep plans. Given less workspace than the plan asks for, it allocates that on `stream`
+/// (cudaMallocAsync / cudaFreeAsync around the run).
 Result<void> elementwise(cudaStream_t stream, const ElementwiseDesc& desc, const ElementwiseArgs& args,
                          Workspace ws = {}, const PlanPreference& pref = {});
 

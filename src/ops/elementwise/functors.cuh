@@ -57,6 +57,16 @@ template <class M> inline constexpr bool kF32 = cuda::std::is_same_v<M, float>;
 #define SHORT16_BW static constexpr bool kShort16Bw = true;
 template <class Op> inline constexpr bool kHasShort16 = requires { requires Op::kShort16; };
 template <class Op> inline constexpr bool kHasShort16Bw = requires { requires Op::kShort16Bw; };
+/// An op whose 16-bit forward keeps more values live than the rank-general vectorized kernel
+/// (elementwise.cuh, CONTIG false) affords at full occupancy declares MIN_CTAS16(n): that kernel is
+/// then compiled for n CTAs of 128 threads an SM. geglu: erf's polynomial over 2 x 8 elements took
+/// 47 registers (10 CTAs); capped at 40 (12 CTAs, no spill) its bf16 [32768, 2 x 4096] forward
+/// went from 216-218 to 210-211 us on the H200 (devx driver, same process).
+#define MIN_CTAS16(n) static constexpr int kMinCtas16 = n;
+template <class Op> consteval int min_ctas16() {
+  if constexpr (requires { Op::kMinCtas16; }) return Op::kMinCtas16;
+  else return 0;
+}
 /// An op whose result depends on the element's position (rrelu's noise) declares INDEXED and
 /// takes the element's index in the output's logical row-major order as the last argument of
 /// fw and bw; its plans iterate in that order (make_ew_iter's keep_order), so the value of an
@@ -459,7 +469,7 @@ struct op_reglu {
   FW2 { return (a <= M(0) ? M(0) : a) * b; }
   BW2 { g[0] = a > M(0) ? dy * b : M(0); g[1] = dy * (a <= M(0) ? M(0) : a); }
 };
-struct op_geglu {
+struct op_geglu { MIN_CTAS16(12)
   FW2 { return gelu_fw<M, T>(a, p.d[0] != 0) * b; }
   BW2 { g[0] = dy * b * gelu_grad<M, T>(a, p.d[0] != 0); g[1] = dy * gelu_fw<M, T>(a, p.d[0] != 0); }
 };
@@ -542,9 +552,10 @@ struct op_fmod {
 };
 struct op_remainder {
   FW2 {
-    if constexpr (is_float_v<M>) {
-      M m;
-      if constexpr (kShortMath<M, T>) m = short_math::fmod_short(a, b); else m = fmod(a, b);
+    if constexpr (kShortMath<M, T>) {
+      return short_math::remainder_short(a, b);
+    } else if constexpr (is_float_v<M>) {
+      M m = fmod(a, b);
       if (m != M(0) && ((b < M(0)) != (m < M(0)))) m += b;
       return m;
     } else {

@@ -18,7 +18,7 @@ namespace baracuda::detail {
 namespace {
 
 constexpr int kLutThreads = 1024;     // one CTA an SM (the table takes 128 KiB of shared memory)
-constexpr int kLutUnroll = 2;         // 16-byte loads a thread a trip, double-buffered (see below)
+constexpr int kLutTaskVecs = 4;       // 16-byte vectors a thread a task: 64 KiB a task, all loads then all stores
 constexpr int kLutWords = 65536 / 8;  // the table as uint4
 constexpr size_t kLutSmemBytes = 65536 * sizeof(uint16_t);
 constexpr int kMaxTablesPerEntry = 16;  // parameter sets a (device, op, dtype) keeps tables for
@@ -30,36 +30,40 @@ __device__ __forceinline__ uint4 lut_word(const uint16_t* t, const uint4 v) {
   return make_uint4(lut_pair(t, v.x), lut_pair(t, v.y), lut_pair(t, v.z), lut_pair(t, v.w));
 }
 
-/// Grid-stride over the 16-byte words with a register double buffer: a thread issues the next
-/// trip's kLutUnroll loads before the current trip's lookups and stores, so its loads stay in
-/// flight through the shared-memory lookups (one CTA an SM has no other CTA to cover them). The
-/// first trip's loads are issued before the table is staged. H200, 2^27 bf16 (devx driver, back
-/// to back): 4 loads then 4 stores a trip 151-153 us, this 147-148, a per-thread cp.async ring of
-/// 4-6 stages 143-150, a 16-byte copy kernel of the same shape without the lookups 142.
+/// One CTA an SM takes 64 KiB tasks from a counter (zeroed before the launch) until none are left:
+/// the CTAs work through the tensor in the order the hardware would dispatch small CTAs, so the
+/// addresses in flight across the GPU stay within a narrow window. A static split does not keep
+/// that: H200, 2^27 bf16 (devx driver, same process): static grid-stride tasks 142-151 us (the
+/// previous kernel, a register double buffer of two loads, 148-150; a bulk-copy ring with 64-96
+/// KiB in flight 148), counter-claimed tasks 136.4 (copy-only 134.8-136.5; many 128-thread CTAs
+/// copying 131.6-133). Two-vector tasks claimed the same way ran 146.6. Thread 0 claims the next
+/// task while the CTA works on the current one (s_task double buffer; the barrier closing a task
+/// orders the slot's reuse).
 __global__ void __launch_bounds__(kLutThreads, 1)
     lut16_kernel(const uint4* __restrict__ table, const uint4* __restrict__ in, uint4* __restrict__ out, int64_t nvec,
-                 const uint16_t* __restrict__ in_tail, uint16_t* __restrict__ out_tail, int tail) {
+                 const uint16_t* __restrict__ in_tail, uint16_t* __restrict__ out_tail, int tail,
+                 unsigned* __restrict__ next_task) {
   extern __shared__ uint4 smem[];
-  const int64_t stride = int64_t(gridDim.x) * kLutThreads;
-  int64_t i = int64_t(blockIdx.x) * kLutThreads + threadIdx.x;
-  uint4 cur[kLutUnroll];
-#pragma unroll
-  for (int u = 0; u < kLutUnroll; ++u) cur[u] = i + u * stride < nvec ? __ldcs(in + i + u * stride) : uint4{};
+  __shared__ unsigned s_task[2];
+  constexpr int64_t kTask = int64_t(kLutThreads) * kLutTaskVecs;
+  const int64_t ntask = (nvec + kTask - 1) / kTask;
+  if (threadIdx.x == 0) s_task[0] = atomicAdd(next_task, 1u);
   for (int k = threadIdx.x; k < kLutWords; k += kLutThreads) smem[k] = __ldg(table + k);
   __syncthreads();
   const uint16_t* t = reinterpret_cast<const uint16_t*>(smem);
-  for (; i < nvec; i += kLutUnroll * stride) {
-    uint4 next[kLutUnroll];
+  for (int it = 0;; it ^= 1) {
+    const int64_t task = s_task[it];
+    if (task >= ntask) break;
+    if (threadIdx.x == 0) s_task[it ^ 1] = atomicAdd(next_task, 1u);
+    const int64_t base = task * kTask + threadIdx.x;
+    uint4 v[kLutTaskVecs];
 #pragma unroll
-    for (int u = 0; u < kLutUnroll; ++u) {
-      const int64_t j = i + (kLutUnroll + u) * stride;
-      next[u] = j < nvec ? __ldcs(in + j) : uint4{};
-    }
+    for (int u = 0; u < kLutTaskVecs; ++u)
+      v[u] = base + u * kLutThreads < nvec ? __ldcs(in + base + u * kLutThreads) : uint4{};
 #pragma unroll
-    for (int u = 0; u < kLutUnroll; ++u)
-      if (i + u * stride < nvec) __stcs(out + i + u * stride, lut_word(t, cur[u]));
-#pragma unroll
-    for (int u = 0; u < kLutUnroll; ++u) cur[u] = next[u];
+    for (int u = 0; u < kLutTaskVecs; ++u)
+      if (base + u * kLutThreads < nvec) __stcs(out + base + u * kLutThreads, lut_word(t, v[u]));
+    __syncthreads();
   }
   if (blockIdx.x == 0 && threadIdx.x < tail) out_tail[threadIdx.x] = t[in_tail[threadIdx.x]];
 }
@@ -194,16 +198,18 @@ int ew_issue_budget(int device) {
 }
 
 cudaError_t ew_lut16_launch(const uint16_t* table, const void* in, void* out, int64_t n, int num_sms,
-                            cudaStream_t stream) {
+                            void* task_counter, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (const cudaError_t e = kern::allow_smem<lut16_kernel>(kLutSmemBytes); e != cudaSuccess) return e;
   const int64_t nvec = n / 8;
   const int tail = static_cast<int>(n - nvec * 8);
-  const int64_t want = (nvec + int64_t(kLutThreads) * kLutUnroll - 1) / (int64_t(kLutThreads) * kLutUnroll);
-  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, num_sms)));
+  const int64_t ntask = (nvec + int64_t(kLutThreads) * kLutTaskVecs - 1) / (int64_t(kLutThreads) * kLutTaskVecs);
+  const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(ntask, num_sms)));
+  if (const cudaError_t e = cudaMemsetAsync(task_counter, 0, sizeof(unsigned), stream); e != cudaSuccess) return e;
   lut16_kernel<<<grid, kLutThreads, kLutSmemBytes, stream>>>(
       reinterpret_cast<const uint4*>(table), static_cast<const uint4*>(in), static_cast<uint4*>(out), nvec,
-      static_cast<const uint16_t*>(in) + nvec * 8, static_cast<uint16_t*>(out) + nvec * 8, tail);
+      static_cast<const uint16_t*>(in) + nvec * 8, static_cast<uint16_t*>(out) + nvec * 8, tail,
+      static_cast<unsigned*>(task_counter));
   return cudaGetLastError();
 }
 

@@ -39,8 +39,16 @@ int ew_issue_budget_of(int sms, int sm_khz, int mem_khz, int bus_bits);
 /// exceeds the device's ew_issue_budget.
 int ew_lut16_cost(ElementwiseOp op);
 
-/// out[i] = table[in[i]] for n contiguous 16-bit elements; `in` and `out` 16-byte aligned.
+/// Workspace bytes the table kernel uses: its task counter (zeroed on the stream before each
+/// launch, so concurrent launches need separate workspaces, as any plan's do).
+inline constexpr size_t kLut16WorkspaceBytes = 256;
+/// Elements past which the kernel's 32-bit task counter could wrap: larger calls run the direct
+/// kernel (2^44; 64 KiB tasks).
+inline constexpr int64_t kLut16MaxNumel = int64_t{1} << 44;
+
+/// out[i] = table[in[i]] for n contiguous 16-bit elements; `in` and `out` 16-byte aligned;
+/// `task_counter` kLut16WorkspaceBytes of device memory this launch alone uses.
 cudaError_t ew_lut16_launch(const uint16_t* table, const void* in, void* out, int64_t n, int num_sms,
-                            cudaStream_t stream);
+                            void* task_counter, cudaStream_t stream);
 
 }  // namespace baracuda::detail

@@ -303,7 +303,7 @@ bool lut16_op(const ElementwiseDesc& d, int device) {
 /// The table's conditions on the tensors of a call (beyond the plan's): one contiguous,
 /// 16-byte-aligned run of elements for input and output, on the device the table lives on.
 bool lut16_fits(const detail::EwIter& it, int lut_device) {
-  if (!it.contiguous || it.scalar_mask != 0 || !it.aligned16) return false;
+  if (!it.contiguous || it.scalar_mask != 0 || !it.aligned16 || it.numel > detail::kLut16MaxNumel) return false;
   int dev = -1;
   return cudaGetDevice(&dev) == cudaSuccess && dev == lut_device;
 }
@@ -381,6 +381,7 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
       (void)cudaGetLastError();
     }
     if (p.lut_) {
+      p.workspace_bytes_ = detail::kLut16WorkspaceBytes;  // optional: the table kernel's task counter
       p.sku_.layout = "auto (lut16|vec16|strided-i32|strided-i64)";
       p.sku_.precision.note += "; contiguous tensors read a table of this kernel's results for all 65536 inputs "
                                "(bit-identical)";
@@ -536,16 +537,18 @@ Result<void> ElementwisePlan::run(cudaStream_t stream, Workspace ws, const Eleme
   auto label = [&] { return op_label(desc_); };  // built only for a message: run is on every call's path
   const Shape& s = desc_.out_shape;
   if (s.numel() == 0) return {};
-  if (ws.bytes < workspace_bytes_ || (workspace_bytes_ && !ws.ptr))
+  // A table plan's workspace is its kernel's task counter: without it the direct kernel runs.
+  const bool have_ws = ws.bytes >= workspace_bytes_ && (workspace_bytes_ == 0 || ws.ptr);
+  if (!have_ws && !lut_)
     return make_error(Status::WorkspaceTooSmall, label() + ": workspace expected >= " + std::to_string(workspace_bytes_) +
                                                      " bytes, got " + std::to_string(ws.bytes));
   const detail::EwParams p = ew_params(desc_);
   // Gradients of broadcast inputs go to dense workspace slices first.
   const Launch l = plan_launch(desc_, a, ws.ptr);
   const auto it = plan_iter(desc_, a, l, entry_->indexed);
-  cudaError_t e = lut_ && lut16_fits(it, lut_device_)
+  cudaError_t e = lut_ && have_ws && lut16_fits(it, lut_device_)
                       ? detail::ew_lut16_launch(static_cast<const uint16_t*>(lut_), it.ptr[1], it.ptr[0], it.numel,
-                                                num_sms_, stream)
+                                                num_sms_, ws.ptr, stream)
                       : entry_->launch(it, p, allow_vectorized_, stream);
   if (e != cudaSuccess) return make_error(Status::CudaError, label() + ": kernel launch failed: " + cudaGetErrorString(e));
   for (int g = 0; g < a.nout; ++g) {
@@ -578,7 +581,18 @@ Result<void> elementwise(cudaStream_t stream, const ElementwiseDesc& desc, const
   auto plan = detail::cached_plan<ElementwisePlan>(
       desc_key(desc), pref, [&](const Target& t) { return ElementwisePlan::select(t, desc, pref); });
   if (!plan) return plan.error();
-  return (*plan)->run(stream, ws, args);
+  const size_t need = (*plan)->workspace_size();
+  if (ws.bytes >= need && (need == 0 || ws.ptr)) return (*plan)->run(stream, ws, args);
+  // A smaller caller buffer: a stream-ordered allocation of what the plan asks for (capturable;
+  // the pool's memory is reused across calls). Refused, the plan runs with the caller's buffer.
+  void* p = nullptr;
+  if (cudaMallocAsync(&p, need, stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return (*plan)->run(stream, ws, args);
+  }
+  Result<void> r = (*plan)->run(stream, Workspace{p, need}, args);
+  if (cudaFreeAsync(p, stream) != cudaSuccess) (void)cudaGetLastError();
+  return r;
 }
 
 Result<std::array<TensorRef, 2>> split_halves(const TensorRef& t, int dim) {
