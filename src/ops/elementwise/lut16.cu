@@ -30,15 +30,16 @@ __device__ __forceinline__ uint4 lut_word(const uint16_t* t, const uint4 v) {
   return make_uint4(lut_pair(t, v.x), lut_pair(t, v.y), lut_pair(t, v.z), lut_pair(t, v.w));
 }
 
-/// One CTA an SM takes 64 KiB tasks from a counter (zeroed before the launch) until none are left:
-/// the CTAs work through the tensor in the order the hardware would dispatch small CTAs, so the
-/// addresses in flight across the GPU stay within a narrow window. A static split does not keep
-/// that: H200, 2^27 bf16 (devx driver, same process): static grid-stride tasks 142-151 us (the
-/// previous kernel, a register double buffer of two loads, 148-150; a bulk-copy ring with 64-96
-/// KiB in flight 148), counter-claimed tasks 136.4 (copy-only 134.8-136.5; many 128-thread CTAs
-/// copying 131.6-133). Two-vector tasks claimed the same way ran 146.6. Thread 0 claims the next
-/// task while the CTA works on the current one (s_task double buffer; the barrier closing a task
-/// orders the slot's reuse).
+/// One CTA an SM takes 64 KiB tasks until none are left: its first is blockIdx.x, the others come
+/// from a counter (zeroed before the launch) as gridDim.x + the count. The CTAs so work through
+/// the tensor in the order the hardware would dispatch small CTAs, and the addresses in flight
+/// across the GPU stay within a narrow window. A static split does not keep that: H200, 2^27 bf16
+/// (devx driver, same process): static grid-stride tasks 142-151 us (the previous kernel, a
+/// register double buffer of two loads, 148-150; a bulk-copy ring with 64-96 KiB in flight 148),
+/// counter-claimed tasks 136.4 (copy-only 134.8-136.5; many 128-thread CTAs copying 131.6-133).
+/// Two-vector tasks claimed the same way ran 146.6. The first task's loads are issued before the
+/// table is staged; thread 0 claims the next task while the CTA works on the current one (s_task
+/// double buffer; the barrier closing a task orders the slot's reuse).
 __global__ void __launch_bounds__(kLutThreads, 1)
     lut16_kernel(const uint4* __restrict__ table, const uint4* __restrict__ in, uint4* __restrict__ out, int64_t nvec,
                  const uint16_t* __restrict__ in_tail, uint16_t* __restrict__ out_tail, int tail,
@@ -47,22 +48,28 @@ __global__ void __launch_bounds__(kLutThreads, 1)
   __shared__ unsigned s_task[2];
   constexpr int64_t kTask = int64_t(kLutThreads) * kLutTaskVecs;
   const int64_t ntask = (nvec + kTask - 1) / kTask;
-  if (threadIdx.x == 0) s_task[0] = atomicAdd(next_task, 1u);
-  for (int k = threadIdx.x; k < kLutWords; k += kLutThreads) smem[k] = __ldg(table + k);
-  __syncthreads();
-  const uint16_t* t = reinterpret_cast<const uint16_t*>(smem);
-  for (int it = 0;; it ^= 1) {
-    const int64_t task = s_task[it];
-    if (task >= ntask) break;
-    if (threadIdx.x == 0) s_task[it ^ 1] = atomicAdd(next_task, 1u);
+  auto load = [&](int64_t task, uint4 (&v)[kLutTaskVecs]) {
     const int64_t base = task * kTask + threadIdx.x;
-    uint4 v[kLutTaskVecs];
 #pragma unroll
     for (int u = 0; u < kLutTaskVecs; ++u)
       v[u] = base + u * kLutThreads < nvec ? __ldcs(in + base + u * kLutThreads) : uint4{};
+  };
+  uint4 v[kLutTaskVecs];
+  int64_t task = blockIdx.x;  // < ntask: the grid is at most ntask CTAs
+  load(task, v);
+  if (threadIdx.x == 0) s_task[1] = gridDim.x + atomicAdd(next_task, 1u);
+  for (int k = threadIdx.x; k < kLutWords; k += kLutThreads) smem[k] = __ldg(table + k);
+  __syncthreads();
+  const uint16_t* t = reinterpret_cast<const uint16_t*>(smem);
+  for (int it = 1;; it ^= 1) {
+    const int64_t base = task * kTask + threadIdx.x;
 #pragma unroll
     for (int u = 0; u < kLutTaskVecs; ++u)
       if (base + u * kLutThreads < nvec) __stcs(out + base + u * kLutThreads, lut_word(t, v[u]));
+    task = s_task[it];
+    if (task >= ntask) break;
+    if (threadIdx.x == 0) s_task[it ^ 1] = gridDim.x + atomicAdd(next_task, 1u);
+    load(task, v);
     __syncthreads();
   }
   if (blockIdx.x == 0 && threadIdx.x < tail) out_tail[threadIdx.x] = t[in_tail[threadIdx.x]];
