@@ -101,6 +101,13 @@ BARACUDA_HD inline float sqrt_fast(float x) {
 #endif
 }
 BARACUDA_HD inline float ln_fast(float x) { return lg2_fast(x) * 0.693147180559945309f; }
+/// n / d for normal d: the MUFU reciprocal and one Newton step on the quotient (within ~1 ulp;
+/// the IEEE division's range checks and slow-path branch cost ~6 more instructions).
+BARACUDA_HD inline float div_nr(float n, float d) {
+  const float r = rcp_fast(d);
+  const float q = n * r;
+  return fmaf(fmaf(-d, q, n), r, q);
+}
 /// log2(x) that keeps subnormal x: lg2.approx.ftz reads them as 0 (-> -inf), so they are scaled
 /// by 2^24 first (exact) and 24 taken off. Negatives stay negative (NaN), 0 -> -inf.
 BARACUDA_HD inline float lg2_subnormal_safe(float x) {
@@ -123,11 +130,16 @@ inline constexpr float kInf = __builtin_huge_valf();
 inline constexpr float kNaN = __builtin_nanf("");
 
 // ---- digamma -----------------------------------------------------------------------------------
-/// psi(x) for x > 0 (or +inf, NaN). The recurrence psi(x) = psi(x + 6) - sum_{k<6} 1/(x+k) runs
-/// as one fraction N/D (two FMAs a step, one division at the end) instead of torch's up-to-ten
-/// divisions, and only for x < 6, where the asymptotic series (4 terms: truncation < 2e-10) then
-/// holds. Short: MUFU log/rcp. Host check (f32, vs double): max 4 ulp outside psi's root
-/// neighbourhood, where torch's own recurrence has the same absolute-error behaviour.
+/// psi(x) for x > 0 (or +inf, NaN; f32: x >= 2^-126). The recurrence psi(x) = psi(x + 6) -
+/// sum_{k<6} 1/(x+k) runs as one fraction N/D (two FMAs a step, one division at the end) instead
+/// of torch's up-to-ten divisions, and only for x < 6, where the asymptotic series (4 terms:
+/// truncation < 2e-10) then holds. Both forms take the MUFU log and reciprocal there (x >= 6: the
+/// log's 2^-22.6 absolute error is < 1 ulp of log x >= 1.79, the reciprocal's ulp is scaled by
+/// 1/2); f32 divides N/D with a Newton step (div_nr), 16-bit by the bare reciprocal. The IEEE
+/// division and logf cost the f32 row ~30 instructions an element (65% of the H200 copy figure).
+/// Host check (tests/host/test_short_math.cpp, f32 against long double with the MUFU errors
+/// injected): see the test for the bounds; around the root at 1.4616 the error is absolute, as
+/// torch's own recurrence's.
 template <bool kShort>
 BARACUDA_HD inline float digamma_pos(float x) {
   float s = 0.0f;
@@ -139,20 +151,21 @@ BARACUDA_HD inline float digamma_pos(float x) {
       n = fmaf(n, a, d);
       d *= a;
     }
-    s = kShort ? n * rcp_fast(d) : n / d;
+    s = kShort ? n * rcp_fast(d) : div_nr(n, d);
     x += 6.0f;
   }
-  const float r = kShort ? rcp_fast(x) : 1.0f / x;
+  const float r = rcp_fast(x);
   const float r2 = r * r;
   const float y = r2 * fmaf(r2, fmaf(r2, fmaf(r2, 1.0f / 240.0f, -1.0f / 252.0f), 1.0f / 120.0f), -1.0f / 12.0f);
-  const float lx = kShort ? ln_fast(x) : logf(x);
-  return fmaf(-0.5f, r, lx) + y - s;
+  return fmaf(-0.5f, r, ln_fast(x)) + y - s;
 }
 
 /// torch's digamma for x <= 0, -inf: +-0 -> -+inf, negative integers -> NaN, else the reflection
-/// with the fractional part taken in double (torch's jiterator code does the same).
+/// with the fractional part taken in double (torch's jiterator code does the same). f32 also
+/// brings its subnormal x here (-1/x - gamma: the MUFU reciprocal would flush D).
 template <bool kShort>
 BARACUDA_HD_COLD float digamma_nonpos(float x) {
+  if (x > 0.0f) return -1.0f / x - 0.577215664901532861f;
   if (x == 0.0f) return copysignf(kInf, -x);
   if (x == truncf(x)) return kNaN;  // negative integers and -inf
   constexpr double kPi = 3.14159265358979323846;
@@ -163,7 +176,7 @@ BARACUDA_HD_COLD float digamma_nonpos(float x) {
 
 template <bool kShort>
 BARACUDA_HD inline float digamma_f32(float x) {
-  if (x > 0.0f || x != x) return digamma_pos<kShort>(x);
+  if ((kShort ? x > 0.0f : x >= 0x1p-126f) || x != x) return digamma_pos<kShort>(x);
   return digamma_nonpos<kShort>(x);
 }
 
@@ -183,12 +196,13 @@ BARACUDA_HD inline float trigamma_pos(float x) {
       n = fmaf(n, a2, d);
       d *= a2;
     }
-    s = kShort ? n * rcp_fast(d) : n / d;
+    s = kShort ? n * rcp_fast(d) : div_nr(n, d);
     x += 6.0f;
   }
   // The MUFU reciprocal flushes results below 2^-126 (x > 2^126) to 0, where psi_1(x) ~ 1/x is a
-  // subnormal torch returns: scale by 2^-64 around it (exact except the last rounding).
-  const float r = kShort ? rcp_fast(x * 0x1p-64f) * 0x1p-64f : 1.0f / x;
+  // subnormal torch returns: scale by 2^-64 around it (exact except the last rounding). f32 refines
+  // it by a Newton step (1/x is the leading term of the result).
+  const float r = (kShort ? rcp_fast(x * 0x1p-64f) : div_nr(1.0f, x * 0x1p-64f)) * 0x1p-64f;
   const float r2 = r * r;
   // 1/x + 1/(2x^2) + 1/(6x^3) - 1/(30x^5) + 1/(42x^7) - 1/(30x^9)
   const float tail = fmaf(r2, fmaf(r2, fmaf(r2, -1.0f / 30.0f, 1.0f / 42.0f), -1.0f / 30.0f), 1.0f / 6.0f);
@@ -199,6 +213,7 @@ BARACUDA_HD inline float trigamma_pos(float x) {
 /// negative integers give huge finite values, not inf; 0 gives +inf).
 template <bool kShort>
 BARACUDA_HD_COLD float trigamma_nonpos(float x) {
+  if (x > 0.0f) return 1.0f / (x * x) + 1.64493406684822644f;  // f32 x < 2^-60: D would underflow
   constexpr float kPi = 3.14159265358979323846f;
   const float sp = sinf(kPi * x);
   return (kPi * kPi) / (sp * sp) - trigamma_pos<kShort>(1.0f - x);
@@ -206,7 +221,7 @@ BARACUDA_HD_COLD float trigamma_nonpos(float x) {
 
 template <bool kShort>
 BARACUDA_HD inline float trigamma_f32(float x) {
-  if (x > 0.0f || x != x) return trigamma_pos<kShort>(x);
+  if ((kShort ? x > 0.0f : x >= 0x1p-60f) || x != x) return trigamma_pos<kShort>(x);
   return trigamma_nonpos<kShort>(x);
 }
 
@@ -216,14 +231,17 @@ BARACUDA_HD_COLD inline float lgamma_cold(float x) { return lgammaf(x); }
 /// lgamma(x) = (x-1)(x-2) P(x - 1.75) on [0.75, 2.75) (P: degree 12, relative error 5.2e-8; the
 /// factors keep the roots at 1 and 2 exact), lgamma(x+1) - log(x) below 0.75 (|log x| >= 0.29,
 /// so the MUFU log's absolute error stays relative), Stirling with 5 correction terms from 2.75.
-/// x <= 0, inf, NaN: libdevice lgammaf (torch's function). kShort: MUFU log and reciprocal.
+/// x <= 0, inf, NaN: libdevice lgammaf (torch's function). Both forms take the MUFU log and
+/// reciprocal: logf cost the f32 row ~25 instructions an element (74% of the H200 copy figure).
+/// Host check (f32 against long double, the MUFU errors injected): within 13 ulp where
+/// |lgamma| >= 0.5 (logf: 7.4), 5e-7 absolute nearer the roots at 1 and 2.
 template <bool kShort>
 BARACUDA_HD inline float lgamma_f32(float x) {
   if (!(x > 0.0f) || x == kInf) return lgamma_cold(x);
   // log x, taken once: both the x < 0.75 and the Stirling branch need it, and a warp over mixed
   // inputs runs every branch (f32 uniform (0.1, 10): 78% of the H100 copy figure with two logs).
   // For x >= 2.75 the subnormal-safe lg2 is the plain one.
-  const float lx = kShort ? lg2_subnormal_safe(x) * 0.693147180559945309f : logf(x);
+  const float lx = lg2_subnormal_safe(x) * 0.693147180559945309f;
   if (x < 2.75f) {
     const bool small = x < 0.75f;
     const float u = small ? x + 1.0f : x;

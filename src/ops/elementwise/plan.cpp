@@ -359,12 +359,13 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
   }
   // short_math.cuh: 16-bit storage evaluates the ops marked SHORT16 in functors.cuh with MUFU-based
   // short forms (relative error ~1e-7..1e-6 in f32 before rounding to 8/11 bits); lgamma/digamma/
-  // trigamma also replace libdevice / torch's recurrences in f32 (a few f32 ulp).
+  // trigamma also replace libdevice / torch's recurrences in f32 (MUFU log / reciprocal: <= 18 ulp).
   if (e != nullptr && e->short16)
     p.sku_.precision.note = "short form for 16-bit storage (MUFU exp2/log2/rcp, ~1e-6 rel. in f32 before rounding)";
   else if (desc.dtype == DType::f32 &&
            (desc.op == ElementwiseOp::lgamma || desc.op == ElementwiseOp::digamma || desc.op == ElementwiseOp::polygamma))
-    p.sku_.precision.note = "own f32 lgamma/digamma/trigamma series (a few f32 ulp; polygamma n >= 2: zeta)";
+    p.sku_.precision.note = "own f32 lgamma/digamma/trigamma series with MUFU log/reciprocal (<= 18 f32 ulp where "
+                            "|result| >= 0.5, ~1e-6 absolute near the roots; polygamma n >= 2: zeta)";
   if (desc.op == ElementwiseOp::rrelu_train)
     p.sku_.precision.note = "slopes from Philox4x32-10 keyed by (seed, offset) at the element's logical index "
                             "(independent of strides and launch shape; the backward regenerates them)";
