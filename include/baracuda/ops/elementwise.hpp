@@ -142,7 +142,8 @@ class ElementwisePlan {
 
 /// One-line convenience: select (cached per thread by descriptor) and run. For callers who
 /// do not keep plans. Given less workspace than the plan asks for, it allocates that on `stream`
-/// (cudaMallocAsync / cudaFreeAsync around the run).
+/// (cudaMallocFromPoolAsync / cudaFreeAsync around the run, from a per-device pool of the
+/// library's that keeps up to 1 MiB through synchronizations).
 Result<void> elementwise(cudaStream_t stream, const ElementwiseDesc& desc, const ElementwiseArgs& args,
                          Workspace ws = {}, const PlanPreference& pref = {});
 

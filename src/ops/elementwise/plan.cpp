@@ -577,6 +577,37 @@ std::string desc_key(const ElementwiseDesc& d) {
 }
 }  // namespace
 
+namespace {
+/// The one-line form's workspace pool on `device`, created on first use and kept for the process's
+/// lifetime. It keeps up to 1 MiB of what it has freed (its release threshold), so a synchronize
+/// between calls does not hand the memory back to the driver to be mapped again on the next call,
+/// as the device's default pool (threshold 0) would. Created in relaxed capture mode: another
+/// thread's capture must not be invalidated by it. nullptr where the device has no memory pools.
+cudaMemPool_t workspace_pool(int device) {
+  static std::mutex m;
+  static std::map<int, cudaMemPool_t> pools;
+  const std::lock_guard<std::mutex> lock(m);
+  if (const auto it = pools.find(device); it != pools.end()) return it->second;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  const bool relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool = nullptr;
+  if (cudaMemPoolCreate(&pool, &props) == cudaSuccess) {
+    uint64_t keep = uint64_t{1} << 20;
+    if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) (void)cudaGetLastError();
+  } else {
+    (void)cudaGetLastError();
+    pool = nullptr;
+  }
+  if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
+  pools.emplace(device, pool);
+  return pool;
+}
+}  // namespace
+
 Result<void> elementwise(cudaStream_t stream, const ElementwiseDesc& desc, const ElementwiseArgs& args, Workspace ws,
                          const PlanPreference& pref) {
   auto plan = detail::cached_plan<ElementwisePlan>(
@@ -584,10 +615,12 @@ Result<void> elementwise(cudaStream_t stream, const ElementwiseDesc& desc, const
   if (!plan) return plan.error();
   const size_t need = (*plan)->workspace_size();
   if (ws.bytes >= need && (need == 0 || ws.ptr)) return (*plan)->run(stream, ws, args);
-  // A smaller caller buffer: a stream-ordered allocation of what the plan asks for (capturable;
-  // the pool's memory is reused across calls). Refused, the plan runs with the caller's buffer.
+  // A smaller caller buffer: a stream-ordered allocation of what the plan asks for (capturable:
+  // an allocation node). Refused, the plan runs with the caller's buffer.
   void* p = nullptr;
-  if (cudaMallocAsync(&p, need, stream) != cudaSuccess) {
+  int dev = -1;
+  const cudaMemPool_t pool = cudaGetDevice(&dev) == cudaSuccess ? workspace_pool(dev) : nullptr;
+  if ((pool ? cudaMallocFromPoolAsync(&p, need, pool, stream) : cudaMallocAsync(&p, need, stream)) != cudaSuccess) {
     (void)cudaGetLastError();
     return (*plan)->run(stream, ws, args);
   }
