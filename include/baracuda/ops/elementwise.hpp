@@ -123,7 +123,7 @@ class ElementwisePlan {
   const KernelSku& sku() const { return sku_; }
   const PrecisionGuarantee& precision() const { return sku_.precision; }
   const ElementwiseDesc& desc() const { return desc_; }
-  /// The kernel variant run() would take for these tensors ("contiguous-lut16",
+  /// The kernel variant run() would take for these tensors, given the plan's workspace ("contiguous-lut16",
   /// "contiguous-vec16", "inner-contiguous-vec16", "strided-i32", "strided-i64", "empty").
   std::string_view layout_for(const ElementwiseArgs& args) const;
 

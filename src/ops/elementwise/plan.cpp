@@ -547,7 +547,9 @@ Result<void> ElementwisePlan::run(cudaStream_t stream, Workspace ws, const Eleme
   // Gradients of broadcast inputs go to dense workspace slices first.
   const Launch l = plan_launch(desc_, a, ws.ptr);
   const auto it = plan_iter(desc_, a, l, entry_->indexed);
-  cudaError_t e = lut_ && have_ws && lut16_fits(it, lut_device_)
+  // The counter is a 4-byte atomic: a misaligned caller buffer takes the direct kernel too.
+  const bool lut_ws = have_ws && ws.ptr && reinterpret_cast<uintptr_t>(ws.ptr) % sizeof(unsigned) == 0;
+  cudaError_t e = lut_ && lut_ws && lut16_fits(it, lut_device_)
                       ? detail::ew_lut16_launch(static_cast<const uint16_t*>(lut_), it.ptr[1], it.ptr[0], it.numel,
                                                 num_sms_, ws.ptr, stream)
                       : entry_->launch(it, p, allow_vectorized_, stream);
