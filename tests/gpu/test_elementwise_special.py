@@ -469,6 +469,38 @@ def test_lut16_large_tensor(name, dtype, n):
                                atol=1e-5)
 
 
+@needs_cuda
+def test_lut16_workspace_variants():
+    """The table kernel claims its tasks from a counter in the plan's 256-byte workspace
+    (lut16.hpp). Given none or a short one (the one-line form then allocates it from its pool), a
+    buffer of its own, or a misaligned one (the direct kernel), every call returns the same bits,
+    and repeated calls on the same buffer (the counter is zeroed before each launch) too."""
+    from baracuda import _C
+    from baracuda._autograd import current_stream, dl
+
+    g = torch.Generator(device="cuda").manual_seed(13)
+    x = (torch.rand((1 << 22) + 8 * 4097 + 3, device="cuda", generator=g) * 9.9 + 0.1).bfloat16()
+    sku = _C.sku("lgamma", False, [dl(x)], [dl(torch.empty_like(x))], [])
+    if "contiguous-lut16" not in sku:
+        pytest.skip(f"no table on this device: {sku}")
+    assert _C.workspace_size("lgamma", False, [dl(x)], [dl(torch.empty_like(x))], []) == 256
+    stream = current_stream(x.device)
+
+    def run(ws):
+        out = torch.empty_like(x)
+        _C.elementwise("lgamma", False, [dl(x)], [dl(out)], [], stream, None if ws is None else dl(ws))
+        return out
+
+    buf = torch.empty(512, dtype=torch.uint8, device="cuda")
+    want = run(None)
+    for ws in (None, buf[:256], buf[256:], buf[1:257], buf[:8]):
+        for _ in range(2):
+            got = run(ws)
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    direct = F.lgamma(x[: 1 << 16])  # below the table's threshold: the direct kernel
+    assert torch.equal(want[: 1 << 16].view(torch.int16), direct.view(torch.int16))
+
+
 # 16-bit ops whose direct kernel is issue-bound only where DRAM outpaces the SMs (lut16.hpp:
 # ew_lut16_cost against ew_issue_budget): the H200 reads the table, an H100 SXM does not.
 _LUT16_ISSUE_BOUND = ["sin", "cos", "tan", "asin", "acos", "erf", "erfc", "sinc", "log2", "log10", "softplus"]
