@@ -470,6 +470,7 @@ def test_lut16_large_tensor(name, dtype, n):
 
 
 @needs_cuda
+@pytest.mark.sanitizer
 def test_lut16_workspace_variants():
     """The table kernel claims its tasks from a counter in the plan's 256-byte workspace
     (lut16.hpp). Given none or a short one (the one-line form then allocates it from its pool), a
