@@ -231,11 +231,10 @@ BARACUDA_HD_COLD inline float lgamma_cold(float x) { return lgammaf(x); }
 /// lgamma(x) = (x-1)(x-2) P(x - 1.75) on [0.75, 2.75) (P: degree 12, relative error 5.2e-8; the
 /// factors keep the roots at 1 and 2 exact), lgamma(x+1) - log(x) below 0.75 (|log x| >= 0.29,
 /// so the MUFU log's absolute error stays relative), Stirling with 5 correction terms from 2.75.
-/// x <= 0, inf, NaN: libdevice lgammaf (torch's function). Both forms take the MUFU log and
-/// reciprocal: logf cost the f32 row ~25 instructions an element (74% of the H200 copy figure).
+/// x <= 0, inf, NaN: libdevice lgammaf (torch's function). One form for f32 and 16-bit storage,
+/// with the MUFU log and reciprocal: logf cost the f32 row ~25 instructions an element (74% of the H200 copy figure).
 /// Host check (f32 against long double, the MUFU errors injected): within 13 ulp where
 /// |lgamma| >= 0.5 (logf: 7.4), 5e-7 absolute nearer the roots at 1 and 2.
-template <bool kShort>
 BARACUDA_HD inline float lgamma_f32(float x) {
   if (!(x > 0.0f) || x == kInf) return lgamma_cold(x);
   // log x, taken once: both the x < 0.75 and the Stirling branch need it, and a warp over mixed

@@ -171,7 +171,7 @@ template <class M, class T> __device__ __forceinline__ M polygamma_(int n, M x) 
   return polygamma(n, x);
 }
 struct op_lgamma { SHORT16 SHORT16_BW
-  FW1 { if constexpr (kF32<M>) return short_math::lgamma_f32<kShortMath<M, T>>(x); else return lgamma(x); }
+  FW1 { if constexpr (kF32<M>) return short_math::lgamma_f32(x); else return lgamma(x); }
   BW1(x) { g[0] = dy * digamma_<M, T>(x); }
 };
 struct op_digamma { SHORT16 SHORT16_BW FW1 { return digamma_<M, T>(x); } BW1(x) { g[0] = dy * polygamma_<M, T>(1, x); } };

@@ -538,9 +538,11 @@ Result<void> ElementwisePlan::run(cudaStream_t stream, Workspace ws, const Eleme
   auto label = [&] { return op_label(desc_); };  // built only for a message: run is on every call's path
   const Shape& s = desc_.out_shape;
   if (s.numel() == 0) return {};
-  // A table plan's workspace is its kernel's task counter: without it the direct kernel runs.
+  // A table plan's workspace (its kernel's task counter) is optional: without it the direct
+  // kernel runs. Every other plan's workspace is required.
   const bool have_ws = ws.bytes >= workspace_bytes_ && (workspace_bytes_ == 0 || ws.ptr);
-  if (!have_ws && !lut_)
+  const size_t required = lut_ ? 0 : workspace_bytes_;
+  if (ws.bytes < required || (required && !ws.ptr))
     return make_error(Status::WorkspaceTooSmall, label() + ": workspace expected >= " + std::to_string(workspace_bytes_) +
                                                      " bytes, got " + std::to_string(ws.bytes));
   const detail::EwParams p = ew_params(desc_);
