@@ -412,16 +412,23 @@ def philox_words(n, seed, offset):
     return np.stack([c0, c1, c2, c3], axis=1).reshape(-1)[:n]
 
 
-def rrelu_train_slopes(shape, lower, upper, seed, offset, device):
-    """The slope of each element (logical row-major order) of rrelu_train, in float64."""
+def rrelu_train_slopes(shape, lower, upper, seed, offset, device, storage=torch.float64):
+    """The slope of each element (logical row-major order) of rrelu_train for `storage` (the
+    output dtype), in float64: 32/64-bit storage takes word i of the stream on the 23-bit
+    midpoint grid, 16-bit storage half-word i % 2 (low first) of word i // 2 on the 16-bit grid."""
     import numpy as np
     n = math.prod(shape)
-    u = ((philox_words(n, int(seed), int(offset)) >> np.uint64(9)).astype(np.float64) + 0.5) * 2.0 ** -23
+    if storage.itemsize == 2:
+        w = philox_words((n + 1) // 2, int(seed), int(offset))
+        h = np.stack([w & np.uint64(0xFFFF), w >> np.uint64(16)], axis=1).reshape(-1)[:n]
+        u = (h.astype(np.float64) + 0.5) * 2.0 ** -16
+    else:
+        u = ((philox_words(n, int(seed), int(offset)) >> np.uint64(9)).astype(np.float64) + 0.5) * 2.0 ** -23
     return (lower + torch.from_numpy(u) * (upper - lower)).reshape(shape).to(device)
 
 
-def _rrelu_train(x, lower=0.125, upper=1.0 / 3, seed=0, offset=0):
-    slope = rrelu_train_slopes(tuple(x.shape), lower, upper, seed, offset, x.device)
+def _rrelu_train(x, lower=0.125, upper=1.0 / 3, seed=0, offset=0, storage=torch.float64):
+    slope = rrelu_train_slopes(tuple(x.shape), lower, upper, seed, offset, x.device, storage)
     return torch.where(x > 0, x, x * slope.to(x.dtype))
 
 
@@ -568,9 +575,19 @@ def _upcast(t):
     return t.to(UPCAST[t.dtype]) if t.dtype in UPCAST else t
 
 
+# Rows whose reference needs the storage dtype of the inputs (upcasting loses it): rrelu_train's
+# noise stream layout depends on the element size.
+STORAGE_KW = {"rrelu_train"}
+
+
+def _with_storage(name, ins, kw):
+    return {**kw, "storage": ins[0].dtype} if name in STORAGE_KW else kw
+
+
 def reference(name, ins, kw, out_dtype, native=False):
     """torch's result on upcast inputs (native=False) or on the inputs' own dtype, cast to
     out_dtype; None where torch does not implement the native dtype."""
+    kw = _with_storage(name, ins, kw)
     args = list(ins) if (native or name in NO_UPCAST) else [_upcast(t) for t in ins]
     try:
         with torch.no_grad(), warnings.catch_warnings():
@@ -787,6 +804,7 @@ def reference_grads(name, ins, kw, grad_out, upcast=True):
     """torch.autograd.grad of REFERENCE[name] at `ins` (upcast or native dtype): (grads, bounds)
     with grads reduced to the inputs' shapes and bounds = sum of |per-element terms|."""
     targets = _bw_targets(name, ins)
+    kw = _with_storage(name, ins, kw)
     bshape = list(torch.broadcast_shapes(*[t.shape for t in ins])) if name not in GATED else None
     args, expanded = [], {}
     for i, t in enumerate(ins):

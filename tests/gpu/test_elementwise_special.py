@@ -132,7 +132,7 @@ def test_rrelu_training_distribution_matches_torch():
 
 
 @needs_cuda
-@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_rrelu_training_reproducible_and_stride_free(dt):
     """The same (seed, offset) gives the same slopes whatever the strides; torch.manual_seed makes
     the default key reproducible; a different offset gives different slopes."""
@@ -141,8 +141,13 @@ def test_rrelu_training_reproducible_and_stride_free(dt):
     a = F.rrelu(xt, training=True, seed=11, offset=3)
     b = F.rrelu(xt.contiguous(), training=True, seed=11, offset=3)
     assert torch.equal(a, b)
-    want = ew._rrelu_train(xt.double(), 0.125, 1.0 / 3, 11, 3)
-    torch.testing.assert_close(a.double(), want, rtol=1.6e-2 if dt == torch.bfloat16 else 2e-6, atol=0)
+    want = ew._rrelu_train(xt.double(), 0.125, 1.0 / 3, 11, 3, storage=dt)
+    # One rounding of the product to the storage dtype (half an ulp): a slope from the wrong word
+    # of the stream is off by up to (upper - lower) / lower, ~170%.
+    # f16 products of small |x| are subnormal (spacing 2^-24): half of that absolute.
+    rtol = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}.get(dt, 2e-6)
+    atol = 2.0 ** -25 if dt == torch.float16 else 0.0
+    torch.testing.assert_close(a.double(), want, rtol=rtol, atol=atol)
     assert not torch.equal(a, F.rrelu(xt, training=True, seed=11, offset=4))
     torch.manual_seed(7)
     c = F.rrelu(x, training=True)
@@ -245,6 +250,26 @@ def test_sanitizer_forward(case):
     ins, _ = _small(name, dt, shapes, view)
     ew.run_forward_case(name, dt, ins, {}, f"sanitizer-{name}", out_transposed=out_t,
                         check_degenerate=False)
+
+
+@pytest.mark.sanitizer
+@needs_cuda
+@pytest.mark.parametrize("name,dt", [("exp", torch.float32), ("erfc", torch.float32), ("sin", torch.bfloat16),
+                                     ("neg", torch.int32), ("sigmoid", torch.float16)])
+def test_unary_of_broadcast_scalar(name, dt):
+    """A one-input op on a stride-0 view (an expanded 0-d tensor, 1-d and 2-d, with vector-sized
+    and odd lengths): the contiguous kernel of a one-input op reads its input densely, so these
+    views must take another path (elementwise.cuh, ew_contig_bcast) and still give torch's values."""
+    src = torch.tensor(0.75 if dt.is_floating_point else 7, device=ew.DEVICE, dtype=dt)
+    for shape in [(4096,), (1001,), (33, 64)]:
+        x = src.expand(*shape)
+        got = getattr(F, name)(x)
+        want = getattr(torch, name)(x)
+        assert got.shape == want.shape
+        if dt.is_floating_point:
+            torch.testing.assert_close(got, want, rtol=2e-6 if dt == torch.float32 else 1e-2, atol=0)
+        else:
+            assert torch.equal(got, want)
 
 
 SAN_BW = [

@@ -104,13 +104,24 @@ struct EwVec {
   uint32_t inner_bcast;  // bit k: operand k has innermost stride 0
 };
 
+/// Whether operand k (of nops; outputs first) of a CONTIG (rank <= 1) launch is a broadcast
+/// scalar. Outputs never are (ew_can_vectorize refuses a stride-0 output), and ew_launch sends a
+/// one-input op whose 1-d input is a scalar to the offset calculator, so the CONTIG kernel of a
+/// unary op tests nothing (rank 0: one element, offset e = 0 either way). The test and the
+/// scalar-load path it guards were 22 of the 416 sm_90a instructions of a thread of f32 erfc's
+/// kernel (issue-bound: 0.96x torch, whose kernel has neither).
+template <int NOPS, int NOUT>
+__device__ __forceinline__ bool ew_contig_bcast(const EwVec& a, int k) {
+  return k >= NOUT && NOPS - NOUT > 1 && ((a.inner_bcast >> k) & 1);
+}
+
 /// Offsets of element e for every operand. CONTIG (rank <= 1): e itself, 0 for a broadcast
 /// operand, no arithmetic at all (its own kernel instantiation, so it keeps few registers).
-template <bool CONTIG, int NOPS>
+template <bool CONTIG, int NOPS, int NOUT>
 __device__ __forceinline__ void ew_vec_offsets(const EwVec& a, int64_t e, int64_t (&off)[NOPS]) {
   if constexpr (CONTIG) {
 #pragma unroll
-    for (int k = 0; k < NOPS; ++k) off[k] = (a.inner_bcast >> k) & 1 ? 0 : e;
+    for (int k = 0; k < NOPS; ++k) off[k] = ew_contig_bcast<NOPS, NOUT>(a, k) ? 0 : e;
   } else {
     // Rank >= 2 runs only below 2^31 elements (ew_can_vectorize sends larger views to the offset
     // calculator), so coordinates are 32-bit with the fast division; offsets stay 64-bit (strides
@@ -153,13 +164,13 @@ __device__ __forceinline__ void ew_vec_body(const F& f, const EwVec& a, cuda::st
     for (int u = 0; u < UNROLL; ++u) {
       const int64_t e = block_start + (int64_t(u) * kEwThreads + threadIdx.x) * VEC;
       int64_t off[NOPS];
-      ew_vec_offsets<CONTIG, NOPS>(a, e, off);
+      ew_vec_offsets<CONTIG, NOPS, NOUT>(a, e, off);
       (
           [&] {
             using T = cuda::std::tuple_element_t<I, ins>;
             auto& dst = cuda::std::get<I>(v[u]);
             const T* p = static_cast<const T*>(a.ptr[NOUT + I]) + off[NOUT + I];
-            if (a.inner_bcast & (1u << (NOUT + I))) {
+            if (CONTIG ? ew_contig_bcast<NOPS, NOUT>(a, NOUT + I) : (a.inner_bcast >> (NOUT + I)) & 1) {
               const T s = *p;
 #pragma unroll
               for (int j = 0; j < VEC; ++j) dst.v[j] = s;
@@ -186,7 +197,7 @@ __device__ __forceinline__ void ew_vec_body(const F& f, const EwVec& a, cuda::st
         for (int k = 0; k < NOUT; ++k) o[k].v[j] = r[k];
       }
       int64_t off[NOPS];
-      ew_vec_offsets<CONTIG, NOPS>(a, e, off);
+      ew_vec_offsets<CONTIG, NOPS, NOUT>(a, e, off);
 #pragma unroll
       for (int k = 0; k < NOUT; ++k) store_vec<out_t, VEC>(static_cast<out_t*>(a.ptr[k]) + off[k], o[k]);
     }
@@ -195,7 +206,7 @@ __device__ __forceinline__ void ew_vec_body(const F& f, const EwVec& a, cuda::st
     const int64_t end = block_start + BLOCK < a.n ? block_start + BLOCK : a.n;
     for (int64_t e = block_start + threadIdx.x; e < end; e += kEwThreads) {
       int64_t off[NOPS];
-      ew_vec_offsets<CONTIG, NOPS>(a, e, off);
+      ew_vec_offsets<CONTIG, NOPS, NOUT>(a, e, off);
       ins x{static_cast<const cuda::std::tuple_element_t<I, ins>*>(a.ptr[NOUT + I])[off[NOUT + I]]...};
       out_t r[NOUT];
       f(e, x, r);
@@ -295,7 +306,11 @@ template <class F>
 cudaError_t ew_launch(const F& f, const EwIter& it, bool allow_vec, cudaStream_t stream) {
   if (it.numel == 0) return cudaSuccess;
   constexpr int VEC = vec_width<F>();
-  if (allow_vec && detail::ew_can_vectorize(it, VEC)) {
+  // The CONTIG kernel of a one-input op reads its input densely (ew_contig_bcast): a 1-d input
+  // of stride 0 (rare: an expanded 0-d tensor) takes the offset calculator below.
+  constexpr bool kOneInput = cuda::std::tuple_size_v<typename F::ins> == 1;
+  const bool scalar_unary = kOneInput && it.rank == 1 && it.stride[F::nout][0] == 0;
+  if (allow_vec && !scalar_unary && detail::ew_can_vectorize(it, VEC)) {
     const int64_t per_block = int64_t(kEwThreads) * VEC * kEwVecUnroll;
     const dim3 grid(static_cast<unsigned>((it.numel + per_block - 1) / per_block));
     EwVec a{};

@@ -4,7 +4,8 @@
 // host tests check it against Random123's known-answer vectors without a GPU.
 //
 // Elementwise stream layout (rrelu_train, functors.cuh): element i of the output's logical
-// (row-major) order takes word i % 4 of call i / 4 of (seed, offset), whatever its dtype.
+// (row-major) order takes word i % 4 of call i / 4 of (seed, offset) for 32/64-bit storage, and
+// half-word i % 2 (low half first) of word (i / 2) % 4 of call i / 8 for 16-bit storage.
 //
 // Norm stream layout (NormRng in norm.hpp): element (row, j) of a row of n elements draws the 32-bit
 // words of Philox4x32-10(key = seed, counter = (q, offset)) with q = row * ceil(n / per) + j / per,
@@ -68,6 +69,8 @@ BARACUDA_PHILOX_HD Philox4 philox_block(uint64_t seed, uint64_t offset, uint64_t
 /// k + 0.5 keeps every value exact: the smallest 2^-24, the largest 1 - 2^-24, and
 /// -log(-log(u)) is finite) or of 2^52 bins (f64).
 BARACUDA_PHILOX_HD float philox_uniform_f32(uint32_t w) { return (static_cast<float>(w >> 9) + 0.5f) * 0x1p-23f; }
+/// The same on 2^16 bins from a 16-bit half-word h (16-bit storage: k + 0.5 over 2^16 is exact).
+BARACUDA_PHILOX_HD float philox_uniform_u16(uint32_t h) { return (static_cast<float>(h) + 0.5f) * 0x1p-16f; }
 BARACUDA_PHILOX_HD double philox_uniform_f64(uint32_t lo, uint32_t hi) {
   const uint64_t bits = ((uint64_t{hi} << 32) | lo) >> 12;
   return (static_cast<double>(bits) + 0.5) * 0x1p-52;

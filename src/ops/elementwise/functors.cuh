@@ -283,28 +283,37 @@ struct op_leaky_relu {
   FW1 { return x > M(0) ? x : x * prm<M>(p, 0); }
   BW1(x) { g[0] = x > M(0) ? dy : dy * prm<M>(p, 0); }
 };
-/// rrelu in training: x <= 0 takes the slope lower + u (upper - lower), u uniform in (0, 1) from
-/// word i % 4 of Philox4x32-10 call i / 4 keyed by seed at counter offset (philox.hpp), the
-/// 23-bit midpoint grid for every dtype; x > 0 passes (torch's rrelu_with_noise). The backward
-/// regenerates the same slope from (seed, offset, i) instead of storing the noise tensor.
-template <class M> __device__ __forceinline__ M rrelu_slope(const EwParams& p, int64_t i) {
-  const uint64_t q = static_cast<uint64_t>(i) >> 2;
+/// rrelu in training: x <= 0 takes the slope lower + u (upper - lower), u uniform in (0, 1); x > 0
+/// passes (torch's rrelu_with_noise). u comes from Philox4x32-10 keyed by seed at counter offset
+/// (philox.hpp's elementwise stream layout): f32 / f64 storage takes word i % 4 of call i / 4 on the
+/// 23-bit midpoint grid; 16-bit storage takes half-word i % 2 of word (i / 2) % 4 of call i / 8 on
+/// the 16-bit midpoint grid (steps of 2^-16 (upper - lower), far below a bf16 / f16 ulp of the
+/// product). Half the Philox calls: bf16 rrelu was issue-bound on them (H200: 167.6 us, 75% of
+/// copy, for 2^27 elements). The backward regenerates the same slope from (seed, offset, i)
+/// instead of storing the noise tensor.
+template <class M, class T> __device__ __forceinline__ M rrelu_slope(const EwParams& p, int64_t i) {
+  constexpr bool kHalfWords = sizeof(T) == 2;
+  const uint64_t q = static_cast<uint64_t>(i) >> (kHalfWords ? 3 : 2);
   const detail::Philox4 w = detail::philox_block(static_cast<uint64_t>(p.d[2]), static_cast<uint64_t>(p.d[3]), q);
-  const uint32_t k = static_cast<uint32_t>(i) & 3u;
+  const uint32_t k = (static_cast<uint32_t>(i) >> (kHalfWords ? 1 : 0)) & 3u;
   const uint32_t word = k == 0 ? w.v[0] : k == 1 ? w.v[1] : k == 2 ? w.v[2] : w.v[3];
-  const M u = static_cast<M>(detail::philox_uniform_f32(word));
+  M u;
+  if constexpr (kHalfWords)
+    u = static_cast<M>(detail::philox_uniform_u16(i & 1 ? word >> 16 : word & 0xFFFFu));
+  else
+    u = static_cast<M>(detail::philox_uniform_f32(word));
   return prm<M>(p, 0) + u * (prm<M>(p, 1) - prm<M>(p, 0));
 }
 struct op_rrelu_train {
   INDEXED
-  // The slope is computed whatever the sign of x: outside a branch, the Philox blocks of four
-  // neighbouring elements (same i / 4) are one computation the compiler merges.
+  // The slope is computed whatever the sign of x: outside a branch, the Philox blocks of the
+  // neighbouring elements (same call index) are one computation the compiler merges.
   template <class M, class T> __device__ __forceinline__ static M fw(const EwParams& p, M x, int64_t i) {
-    const M s = rrelu_slope<M>(p, i);
+    const M s = rrelu_slope<M, T>(p, i);
     return x > M(0) ? x : x * s;
   }
   template <class M, class T> __device__ __forceinline__ static void bw(const EwParams& p, M dy, M x, M* g, int64_t i) {
-    const M s = rrelu_slope<M>(p, i);
+    const M s = rrelu_slope<M, T>(p, i);
     g[0] = x > M(0) ? dy : dy * s;
   }
 };

@@ -368,7 +368,8 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
                             "|result| >= 0.5, ~1e-6 absolute near the roots; polygamma n >= 2: zeta)";
   if (desc.op == ElementwiseOp::rrelu_train)
     p.sku_.precision.note = "slopes from Philox4x32-10 keyed by (seed, offset) at the element's logical index "
-                            "(independent of strides and launch shape; the backward regenerates them)";
+                            "(23-bit grid, 16 bits for 16-bit storage; independent of strides and launch shape; "
+                            "the backward regenerates them)";
   if (desc.op == ElementwiseOp::cast)
     p.sku_.precision.note = desc.params[0] != 0 ? "saturating to the finite range" : "torch overflow rules";
   if (p.allow_vectorized_ && desc.out_shape.numel() >= detail::kLut16MinNumel && target.device >= 0 &&
