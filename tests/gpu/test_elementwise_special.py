@@ -252,6 +252,42 @@ def test_sanitizer_forward(case):
                         check_degenerate=False)
 
 
+def _f32_ulps(got, ref64):
+    """|got - ref64| in f32 ulps of ref64 (the spacing at ref64 rounded to f32)."""
+    r = ref64.float().abs()
+    ulp = (torch.nextafter(r, torch.full_like(r, math.inf)) - r).double()
+    return (got.double() - ref64).abs() / ulp
+
+
+@needs_cuda
+def test_pow_f32_accuracy_and_special_values():
+    """f32 pow (short_math::pow_f32, libdevice powf out of its domain) within 2 ulp of the correctly
+    rounded result over wide and bench-like operands, and torch's value (bit for bit, NaN where
+    torch has NaN) at every special operand pair, where the fallback is torch's own powf."""
+    g = torch.Generator(device=ew.DEVICE).manual_seed(11)
+    n = 1 << 21
+    wide_a = torch.exp2(torch.empty(n, device=ew.DEVICE).uniform_(-60.0, 60.0, generator=g))
+    wide_b = torch.empty(n, device=ew.DEVICE).uniform_(-2.0, 2.0, generator=g)
+    bench_a = torch.empty(n, device=ew.DEVICE).uniform_(0.1, 10.0, generator=g)
+    bench_b = torch.randn(n, device=ew.DEVICE, generator=g)
+    for a, b in [(wide_a, wide_b), (bench_a, bench_b)]:
+        got = F.pow(a, b)
+        err = _f32_ulps(got, torch.pow(a.double(), b.double()))
+        assert float(err.max()) <= 2.0, (float(err.max()), a[err.argmax()].item(), b[err.argmax()].item())
+    sv = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, 3.0, -3.0, 1e-40, -1e-40, 1e-30, 1e30, 3.4e38,
+          math.inf, -math.inf, math.nan, 127.9, -127.9, 128.0, -150.0, 0.1, 10.0]
+    base = torch.tensor(sv, device=ew.DEVICE)
+    a, b = base[:, None].expand(-1, len(sv)).contiguous(), base[None, :].expand(len(sv), -1).contiguous()
+    a2 = torch.tensor([2.0, 2.0, 2.0, 0.5, 10.0, 10.0, 1.5, 1.5], device=ew.DEVICE)  # near 2^+-125.5 and past it
+    b2 = torch.tensor([125.4, 125.6, -125.6, 126.0, 37.0, -37.9, 216.0, -218.0], device=ew.DEVICE)
+    for x, y in [(a, b), (a2, b2)]:
+        got, want = F.pow(x, y), torch.pow(x, y)
+        same = (got == want) | (got.isnan() & want.isnan())
+        near = _f32_ulps(got, torch.pow(x.double(), y.double())) <= 2.0  # handled by the fast path
+        assert bool((same | near).all()), (x[~(same | near)], y[~(same | near)], got[~(same | near)], want[~(same | near)])
+        assert bool((got.isnan() == want.isnan()).all()) and bool((got.isinf() == want.isinf()).all())
+
+
 @pytest.mark.sanitizer
 @needs_cuda
 @pytest.mark.parametrize("name,dt", [("exp", torch.float32), ("erfc", torch.float32), ("sin", torch.bfloat16),

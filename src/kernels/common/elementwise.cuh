@@ -216,16 +216,18 @@ __device__ __forceinline__ void ew_vec_body(const F& f, const EwVec& a, cuda::st
   }
 }
 
-/// CTAs an SM the rank-general vectorized kernel of F is compiled for; 0 (the default) leaves it
-/// to the compiler. A functor whose math keeps many values live sets `min_ctas`.
-template <class F>
+/// CTAs an SM the rank-general (CONTIG false) or contiguous vectorized kernel of F is compiled
+/// for; 0 (the default) leaves it to the compiler. A functor whose math keeps many values live sets
+/// `min_ctas` / `min_ctas_contig`.
+template <class F, bool CONTIG>
 consteval int ew_min_ctas() {
-  if constexpr (requires { F::min_ctas; }) return F::min_ctas;
+  if constexpr (CONTIG && requires { F::min_ctas_contig; }) return F::min_ctas_contig;
+  else if constexpr (!CONTIG && requires { F::min_ctas; }) return F::min_ctas;
   else return 0;
 }
 
 template <class F, int VEC, int UNROLL, bool CONTIG>
-__global__ void __launch_bounds__(kEwThreads, CONTIG ? 0 : ew_min_ctas<F>()) ew_vec_kernel(F f, EwVec a) {
+__global__ void __launch_bounds__(kEwThreads, ew_min_ctas<F, CONTIG>()) ew_vec_kernel(F f, EwVec a) {
   ew_vec_body<F, VEC, UNROLL, CONTIG>(f, a, cuda::std::make_index_sequence<cuda::std::tuple_size_v<typename F::ins>>{});
 }
 

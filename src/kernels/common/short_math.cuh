@@ -307,15 +307,9 @@ BARACUDA_HD inline float exp_fast(float x) { return ex2_fast(x * kLog2e); }
 /// softplus and logaddexp kernels registers around the call).
 BARACUDA_HD inline float exp_tiny(float x) { return ex2_fast(fmaf(x, kLog2e, 64.0f)) * 0x1p-64f; }
 
-BARACUDA_HD inline unsigned float_bits(float x) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(x);
-#else
-  unsigned u;
-  memcpy(&u, &x, sizeof u);
-  return u;
-#endif
-}
+// The bits of an f32 and back (__builtin_bit_cast: g++ and both nvcc passes).
+BARACUDA_HD inline unsigned float_bits(float x) { return __builtin_bit_cast(unsigned, x); }
+BARACUDA_HD inline float bits_float(unsigned u) { return __builtin_bit_cast(float, u); }
 
 /// sigmoid(x) = 1 / (1 + e^-x) on the MUFU ex2 and reciprocal (~3 ulp), for the gated 16-bit rows
 /// (glu, swiglu: a * sigmoid(gate), whose IEEE division and expf kept them at 73-75% of the H200
@@ -488,6 +482,78 @@ BARACUDA_HD inline bool pow_short(float a, float b, float* r) {
   if (y < -125.0f) return false;
   *r = ex2_fast(y);
   return true;
+}
+
+// ---- pow (f32) -------------------------------------------------------------------------------------
+/// x * y rounded on its own: nvcc fuses a product into a following addition (FFMA), which would
+/// break the error-free steps in pow_f32 that subtract the rounded product.
+BARACUDA_HD inline float mul_rn(float x, float y) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(x, y);
+#else
+  return x * y;
+#endif
+}
+/// powf (torch's function) out of the hot loop's code: pow_f32's fallback.
+BARACUDA_HD_COLD inline float pow_tail(float a, float b) { return powf(a, b); }
+
+/// a^b for f32 storage where a is normal (2^-126 <= a < inf), b finite and |rint(b log2 a)| <= 125
+/// (results in [2^-125.5, 2^125.5]): returns true with *r within 2 ulp of the correctly rounded
+/// value. Everything else returns false for the caller's powf (pow_tail): a <= 0, subnormal, inf or
+/// NaN; b inf or NaN; results past 2^+-125.5 (overflow, underflow, subnormal, and the 2.5 binades
+/// before them, which one compare on |n| cannot keep). *r is written either way (garbage when
+/// false), so the fast path has no branch and the caller's one branch skips only the call.
+/// a = 1 or b = 0 give exactly 1; a = 2^k gives 2^(k b) exactly when k b is an integer; b = 1 gave
+/// a back for every a checked; b = 2 is 1 ulp off fl(a a) for 6% of a in [0.1, 10).
+///
+/// libdevice's powf issues ~85-93 SASS instructions an element (the same float-float log, plus
+/// FRND/F2I, a two-factor scaling and its special cases inline): issue-bound, the slowest f32 row
+/// (0.93x torch, 88% of the H200 copy figure). This is 41 arithmetic instructions on sm_90a (plus
+/// two constant moves and the branch), one MUFU reciprocal, no IEEE division, no table:
+///   * a = 2^e m, m in [sqrt(1/2), sqrt(2)) by integer ops; log2 m = K atanh(q), K = 2/ln 2,
+///     q = f/(2+f), f = m - 1 (exact), |q| <= 0.1716. q = f rcp(2+f), and its error
+///     ql = (f - q(2+f)) rcp(2+f) from the exact residual (f - 2q exact by Sterbenz, then one FMA);
+///   * K q as kKh q rounded plus its FMA error; the rest, K(q^3/3 + ...) = q w, w a degree-4
+///     polynomial in v = q^2 (minimax, 2^-36 relative) whose leading term is added last (one
+///     rounding); ql enters to first order, K (1 + v) ql;
+///   * hi = e + (kKh q + q w) rounded and lo the rest (hi - e is exact): log2 a to 2^-34.4
+///     relative for |q| < 0.04, 2^-30.3 at worst (|q| > 0.08: the f32 rounding of q w, up to 1% of
+///     log2 m near a = 2^+-1/2). An error dy in y = b log2 a costs dy ln 2 of the result and |y|
+///     reaches 125: hence the float-float, and the error growing with |b| q^3;
+///   * n = rint(b hi) by adding 1.5 2^23, t = (b hi - n) + b lo (two FMAs, |t| <= 0.5), 2^t by a
+///     degree-6 minimax (2^-28.3 with its f32 coefficients), 2^n added to the exponent bits.
+/// Host check (tests/host/test_short_math.cpp, against powl): max 1.60 ulp over 1.6e8 pairs aimed
+/// at the worst case (a near 2^+-1/2 and 2^(k +- 1/2), |b log2 a| near 125), 1.0 ulp on the bench
+/// domain (a in [0.1, 10), b ~ N(0, 1)); 1.73 ulp with the reciprocal's documented 1 ulp injected
+/// (1.82 with 2 ulp: ql grows, and K (1 + v) leaves out its K v^2 ql).
+BARACUDA_HD inline bool pow_f32(float a, float b, float* r) {
+  const unsigned ia = float_bits(a);
+  const bool a_ok = ia - 0x00800000u < 0x7f000000u;  // 2^-126 <= a < inf, not NaN, not negative
+  const unsigned t = ia - 0x3f3504f3u;               // 0x3f3504f3: sqrt(1/2)
+  const unsigned eb = t & 0xff800000u;               // e << 23
+  const float m = bits_float(ia - eb);
+  const float e23 = static_cast<float>(static_cast<int>(eb));  // e 2^23, exact (I2FP)
+  const float f = m - 1.0f;
+  const float rc = rcp_fast(f + 2.0f);
+  const float q = f * rc;
+  const float ql = fmaf(-q, f, fmaf(q, -2.0f, f)) * rc;
+  const float v = q * q;
+  constexpr float kKh = 2.885390043258667f, kKl = 3.851926067000022e-08f;  // K = kKh + kKl
+  const float sk = horner(v, {0.3364895284175873f, 0.4119272828102112f, 0.5770788192749023f});
+  const float w = fmaf(v, 0.9617967009544373f, fmaf(v, v * sk, kKl));  // kKl q rides along in q w
+  const float p = mul_rn(kKh, q);
+  const float s1 = fmaf(q, w, p);
+  const float hi = fmaf(e23, 0x1p-23f, s1);
+  const float z = fmaf(e23, -0x1p-23f, hi);  // hi - e
+  const float lo = fmaf(q, w, p - z) + fmaf(fmaf(ql, v, ql), kKh, fmaf(kKh, q, -p));
+  const float s = fmaf(b, hi, 12582912.0f);  // 1.5 2^23 + rint(b hi): n in the low bits
+  const float nf = s - 12582912.0f;
+  const float tt = fmaf(b, lo, fmaf(b, hi, -nf));
+  const float pp = fmaf(horner(tt, {0.00015326471475418657f, 0.0013390806270763278f, 0.009618505835533142f,
+                                    0.05550359934568405f, 0.24022647738456726f, 0.6931471824645996f}),
+                        tt, 1.0f);
+  *r = bits_float(float_bits(pp) + (float_bits(s) << 23));
+  return a_ok & (fabsf(nf) < 125.5f);
 }
 
 // ---- floor division (16-bit storage) -----------------------------------------------------------------

@@ -62,9 +62,17 @@ template <class Op> inline constexpr bool kHasShort16Bw = requires { requires Op
 /// then compiled for n CTAs of 128 threads an SM. geglu: erf's polynomial over 2 x 8 elements took
 /// 47 registers (10 CTAs); capped at 40 (12 CTAs, no spill) its bf16 [32768, 2 x 4096] forward
 /// went from 216-218 to 210-211 us on the H200 (devx driver, same process).
+/// MIN_CTAS_F32(n) does the same for the f32 forward's contiguous (rank <= 1) kernel. polygamma:
+/// once that kernel stopped testing for a broadcast input its trigamma took 42 registers (10 CTAs;
+/// H200 2^27: 282.0 -> 287.7 us, 88% of copy); capped at 39 (12 CTAs, no spill).
 #define MIN_CTAS16(n) static constexpr int kMinCtas16 = n;
+#define MIN_CTAS_F32(n) static constexpr int kMinCtasF32 = n;
 template <class Op> consteval int min_ctas16() {
   if constexpr (requires { Op::kMinCtas16; }) return Op::kMinCtas16;
+  else return 0;
+}
+template <class Op> consteval int min_ctas_f32() {
+  if constexpr (requires { Op::kMinCtasF32; }) return Op::kMinCtasF32;
   else return 0;
 }
 /// An op whose result depends on the element's position (rrelu's noise) declares INDEXED and
@@ -175,7 +183,7 @@ struct op_lgamma { SHORT16 SHORT16_BW
   BW1(x) { g[0] = dy * digamma_<M, T>(x); }
 };
 struct op_digamma { SHORT16 SHORT16_BW FW1 { return digamma_<M, T>(x); } BW1(x) { g[0] = dy * polygamma_<M, T>(1, x); } };
-struct op_polygamma { SHORT16 SHORT16_BW
+struct op_polygamma { SHORT16 SHORT16_BW MIN_CTAS_F32(12)
   FW1 { return polygamma_<M, T>(static_cast<int>(p.d[0]), x); }
   BW1(x) { g[0] = dy * polygamma_<M, T>(static_cast<int>(p.d[0]) + 1, x); }
 };
@@ -470,7 +478,10 @@ struct op_threshold {
   FW1 { return x <= rnd<T>(prm<M>(p, 0)) ? rnd<T>(prm<M>(p, 1)) : x; }
   BW1(x) { g[0] = x <= rnd<T>(prm<M>(p, 0)) ? M(0) : dy; }
 };
-struct op_prelu {
+// prelu's 16-bit [N, C] forward takes the rank-general kernel (the weight broadcasts over dim 0):
+// 39 registers, 12 CTAs an SM, 89.4-89.8% of the H200 copy figure; here at 16 CTAs (32 registers,
+// 6-8 bytes of spill).
+struct op_prelu { MIN_CTAS16(16)
   FW2 { return a > M(0) ? a : b * a; }
   BW2 { g[0] = a > M(0) ? dy : b * dy; g[1] = a > M(0) ? M(0) : a * dy; }
 };
@@ -601,6 +612,12 @@ struct op_pow { SHORT16
       if constexpr (kShortMath<M, T>) {
         M r;
         if (short_math::pow_short(a, b, &r)) return r;
+      } else if constexpr (kF32<M>) {
+        // f32: short_math's float-float pow (<= 1.6 ulp, 46 instructions against libdevice's ~86);
+        // powf out of line for the rest (a <= 0, non-finite operands, results past 2^+-125.5).
+        M r;
+        if (short_math::pow_f32(a, b, &r)) return r;
+        return short_math::pow_tail(a, b);
       }
       return pow(a, b);
     }

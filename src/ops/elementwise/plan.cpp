@@ -366,6 +366,9 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
            (desc.op == ElementwiseOp::lgamma || desc.op == ElementwiseOp::digamma || desc.op == ElementwiseOp::polygamma))
     p.sku_.precision.note = "own f32 lgamma/digamma/trigamma series with MUFU log/reciprocal (<= 18 f32 ulp where "
                             "|result| >= 0.5, ~1e-6 absolute near the roots; polygamma n >= 2: zeta)";
+  if (desc.dtype == DType::f32 && desc.op == ElementwiseOp::pow)
+    p.sku_.precision.note = "own f32 pow (float-float log2, polynomial exp2: <= 2 ulp; libdevice powf for a <= 0, "
+                            "non-finite operands and results past 2^+-125.5)";
   if (desc.op == ElementwiseOp::rrelu_train)
     p.sku_.precision.note = "slopes from Philox4x32-10 keyed by (seed, offset) at the element's logical index "
                             "(23-bit grid, 16 bits for 16-bit storage; independent of strides and launch shape; "
