@@ -89,6 +89,9 @@ bool ew_can_vectorize(const EwIter& it, int vec) {
   // The rank-general vectorized kernel computes coordinates in 32 bits (its registers decide its
   // occupancy); larger strided/broadcast views take the 64-bit offset calculator.
   if (it.rank > 1 && it.numel >= (int64_t{1} << 31)) return false;
+  // The contiguous kernel of a one-input op reads its input densely (elementwise.cuh,
+  // ew_contig_bcast): a 1-d input of stride 0 (an expanded 0-d tensor) takes the offset calculator.
+  if (it.rank == 1 && it.nops - it.nout == 1 && it.stride[it.nout][0] == 0) return false;
   for (int k = 0; k < it.nops; ++k) {
     const int64_t inner = it.stride[k][0];
     if (inner == 0) {

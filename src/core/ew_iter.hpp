@@ -43,7 +43,9 @@ EwIter make_ew_iter(std::span<const TensorMut> outs, std::span<const TensorRef> 
 /// True when the vectorized kernel can run with `vec` elements per access: every operand's
 /// innermost stride is 1 (then its pointer is 16-byte aligned and its outer strides are
 /// multiples of `vec`) or 0 (one value replicated), and the innermost size is a multiple of
-/// `vec` unless the iteration is one-dimensional (which may end mid-vector).
+/// `vec` unless the iteration is one-dimensional (which may end mid-vector). A one-input
+/// iteration whose 1-d input has stride 0 is refused: the contiguous kernel of such an op reads its
+/// input densely.
 bool ew_can_vectorize(const EwIter& it, int vec);
 
 }  // namespace baracuda::detail

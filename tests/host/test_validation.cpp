@@ -204,6 +204,22 @@ TEST_F(AddFixture, ValidArgsAccepted) {
   EXPECT_EQ(std::string(plan.layout_for(args())), "contiguous-vec16");
 }
 
+// A one-input op on an expanded 0-d input: the contiguous kernel of a unary op reads its input
+// densely, so the SKU names the offset calculator that runs it (a two-input op keeps the vector
+// kernel, which loads a scalar operand once).
+TEST(ElementwiseLayout, UnaryOfAStrideZeroInputTakesTheOffsetCalculator) {
+  auto plan = ElementwisePlan::select(kTarget, ElementwiseDesc::make(ElementwiseOp::exp, DType::f32, {Shape::of({64})}));
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  ElementwiseArgs a;
+  a.in[0] = TensorRef{fake_ptr(0), DType::f32, strided({64}, {0})};
+  a.out[0] = mut(1, DType::f32, {64});
+  a.nin = 1;
+  a.nout = 1;
+  EXPECT_EQ(std::string(plan->layout_for(a)), "strided-i32");
+  a.in[0] = ref(0, DType::f32, {64});
+  EXPECT_EQ(std::string(plan->layout_for(a)), "contiguous-vec16");
+}
+
 TEST_F(AddFixture, WrongTensorCount) {
   auto a = args();
   a.nin = 1;

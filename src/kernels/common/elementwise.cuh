@@ -105,9 +105,8 @@ struct EwVec {
 };
 
 /// Whether operand k (of nops; outputs first) of a CONTIG (rank <= 1) launch is a broadcast
-/// scalar. Outputs never are (ew_can_vectorize refuses a stride-0 output), and ew_launch sends a
-/// one-input op whose 1-d input is a scalar to the offset calculator, so the CONTIG kernel of a
-/// unary op tests nothing (rank 0: one element, offset e = 0 either way). The test and the
+/// scalar. Outputs never are, and a one-input op whose 1-d input is a scalar takes the offset
+/// calculator (both refused by ew_can_vectorize), so the CONTIG kernel of a unary op tests nothing (rank 0: one element, offset e = 0 either way). The test and the
 /// scalar-load path it guards were 22 of the 416 sm_90a instructions of a thread of f32 erfc's
 /// kernel (issue-bound: 0.96x torch, whose kernel has neither).
 template <int NOPS, int NOUT>
@@ -308,11 +307,7 @@ template <class F>
 cudaError_t ew_launch(const F& f, const EwIter& it, bool allow_vec, cudaStream_t stream) {
   if (it.numel == 0) return cudaSuccess;
   constexpr int VEC = vec_width<F>();
-  // The CONTIG kernel of a one-input op reads its input densely (ew_contig_bcast): a 1-d input
-  // of stride 0 (rare: an expanded 0-d tensor) takes the offset calculator below.
-  constexpr bool kOneInput = cuda::std::tuple_size_v<typename F::ins> == 1;
-  const bool scalar_unary = kOneInput && it.rank == 1 && it.stride[F::nout][0] == 0;
-  if (allow_vec && !scalar_unary && detail::ew_can_vectorize(it, VEC)) {
+  if (allow_vec && detail::ew_can_vectorize(it, VEC)) {
     const int64_t per_block = int64_t(kEwThreads) * VEC * kEwVecUnroll;
     const dim3 grid(static_cast<unsigned>((it.numel + per_block - 1) / per_block));
     EwVec a{};
