@@ -36,8 +36,8 @@ struct EwFwd {
   static constexpr int nout = 1;
   static constexpr bool short16 = kern::ew_ops::kHasShort16<Op> && kern::ew_ops::kShortMath<M, T>;
   static constexpr bool indexed = NIN == 0 || kern::ew_ops::kIndexedOp<Op>;
-  static constexpr int min_ctas = sizeof(T) == 2 ? kern::ew_ops::min_ctas16<Op>() : 0;
-  static constexpr int min_ctas_contig = cuda::std::is_same_v<T, float> ? kern::ew_ops::min_ctas_f32<Op>() : 0;
+  static constexpr int min_ctas = sizeof(T) == 2 ? kern::ew_ops::min_ctas_of<Op>().rank_general16 : 0;
+  static constexpr int min_ctas_contig = cuda::std::is_same_v<T, float> ? kern::ew_ops::min_ctas_of<Op>().contig_f32 : 0;
   EwParams p;
   __device__ __forceinline__ void operator()(int64_t idx, const ins& in, out_t (&out)[1]) const {
     if constexpr (NIN == 0) {

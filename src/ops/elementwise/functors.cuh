@@ -65,15 +65,15 @@ template <class Op> inline constexpr bool kHasShort16Bw = requires { requires Op
 /// MIN_CTAS_F32(n) does the same for the f32 forward's contiguous (rank <= 1) kernel. polygamma:
 /// once that kernel stopped testing for a broadcast input its trigamma took 42 registers (10 CTAs;
 /// H200 2^27: 282.0 -> 287.7 us, 88% of copy); capped at 39 (12 CTAs, no spill).
-#define MIN_CTAS16(n) static constexpr int kMinCtas16 = n;
-#define MIN_CTAS_F32(n) static constexpr int kMinCtasF32 = n;
-template <class Op> consteval int min_ctas16() {
-  if constexpr (requires { Op::kMinCtas16; }) return Op::kMinCtas16;
-  else return 0;
-}
-template <class Op> consteval int min_ctas_f32() {
-  if constexpr (requires { Op::kMinCtasF32; }) return Op::kMinCtasF32;
-  else return 0;
+struct MinCtas {
+  int rank_general16 = 0;  // 16-bit storage, rank-general kernel
+  int contig_f32 = 0;      // f32 storage, contiguous kernel
+};
+#define MIN_CTAS16(n) static constexpr MinCtas kMinCtas{n, 0};
+#define MIN_CTAS_F32(n) static constexpr MinCtas kMinCtas{0, n};
+template <class Op> consteval MinCtas min_ctas_of() {
+  if constexpr (requires { Op::kMinCtas; }) return Op::kMinCtas;
+  else return {};
 }
 /// An op whose result depends on the element's position (rrelu's noise) declares INDEXED and
 /// takes the element's index in the output's logical row-major order as the last argument of
