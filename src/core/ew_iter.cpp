@@ -106,4 +106,17 @@ bool ew_can_vectorize(const EwIter& it, int vec) {
   return true;
 }
 
+uint32_t ew_row_periodic_mask(const EwIter& it) {
+  if (it.rank != 2 || it.numel >= (int64_t{1} << 31)) return 0;
+  uint32_t mask = 0;
+  for (int k = 0; k < it.nops; ++k) {
+    const int64_t s0 = it.stride[k][0], s1 = it.stride[k][1];
+    if (k >= it.nout && s0 == 1 && s1 == 0)
+      mask |= 1u << k;
+    else if (s0 != 1 || s1 != it.shape[0])
+      return 0;  // neither dense nor a repeated row
+  }
+  return mask;
+}
+
 }  // namespace baracuda::detail

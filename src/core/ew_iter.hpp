@@ -48,4 +48,10 @@ EwIter make_ew_iter(std::span<const TensorMut> outs, std::span<const TensorRef> 
 /// input densely.
 bool ew_can_vectorize(const EwIter& it, int vec);
 
+/// For a rank-2 iteration below 2^31 elements whose outputs are dense and whose inputs are dense
+/// or one row repeated over the rows (strides (1, 0): a weight [C] against [N, C]), at least one
+/// of them repeated: bit k set for each repeated-row operand k. 0 otherwise (scalars included).
+/// The row-broadcast kernel (elementwise.cuh, ROWS) then reads those operands at e mod C.
+uint32_t ew_row_periodic_mask(const EwIter& it);
+
 }  // namespace baracuda::detail

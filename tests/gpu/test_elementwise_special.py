@@ -252,6 +252,28 @@ def test_sanitizer_forward(case):
                         check_degenerate=False)
 
 
+@pytest.mark.sanitizer
+@needs_cuda
+@pytest.mark.parametrize("dt", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_prelu_weight_row_kernel(dt):
+    """prelu of a dense [N, C] input with its weight [C] (C a multiple of the vector width) takes the
+    row-broadcast kernel (SKU row-broadcast-vec16); its values are torch's, and a last partial block
+    (N C not a multiple of the block) is covered."""
+    from baracuda import _C
+    from baracuda._autograd import dl
+
+    for n, c in [(129, 256), (7, 64), (1000, 24)]:
+        g = torch.Generator(device=ew.DEVICE).manual_seed(n)
+        x = torch.randn(n, c, device=ew.DEVICE, dtype=dt, generator=g)
+        w = torch.rand(c, device=ew.DEVICE, dtype=dt, generator=g)
+        if c % (16 // x.element_size()) == 0:
+            sku = _C.sku("prelu", False, [dl(x), dl(w.expand(n, c))], [dl(torch.empty_like(x))], [])
+            assert "layout=row-broadcast-vec16" in sku, sku
+        got = F.prelu(x, w)
+        want = torch.nn.functional.prelu(x.double(), w.double()).to(dt)
+        torch.testing.assert_close(got, want, rtol=0 if dt == torch.float64 else None, atol=0 if dt == torch.float64 else None)
+
+
 def _f32_ulps(got, ref64):
     """|got - ref64| in f32 ulps of ref64 (the spacing at ref64 rounded to f32)."""
     r = ref64.float().abs()

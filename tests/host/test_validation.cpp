@@ -273,6 +273,28 @@ TEST_F(AddFixture, SelfOverlappingOutput) {
   EXPECT_FAILS_WITH(plan22->can_implement(b), Status::InvalidProblem, "add", "output", "overlaps itself", "(1, 1)");
 }
 
+// prelu (ROW_BCAST) reads a weight row repeated over dense rows with the row-broadcast kernel; a
+// column, a scalar or a strided operand keeps the rank-general or strided kernels.
+TEST(ElementwiseLayout, PreluWeightRowTakesTheRowBroadcastKernel) {
+  auto plan = ElementwisePlan::select(
+      kTarget, ElementwiseDesc::make(ElementwiseOp::prelu, DType::bf16, {Shape::of({6, 16}), Shape::of({6, 16})}));
+  ASSERT_TRUE(plan.ok()) << plan.message();
+  ElementwiseArgs a;
+  a.in[0] = ref(0, DType::bf16, {6, 16});
+  a.in[1] = TensorRef{fake_ptr(1), DType::bf16, strided({6, 16}, {0, 1})};  // an expanded [16] row
+  a.out[0] = mut(2, DType::bf16, {6, 16});
+  a.nin = 2;
+  a.nout = 1;
+  EXPECT_EQ(std::string(plan->layout_for(a)), "row-broadcast-vec16");
+  a.in[1].layout = strided({6, 16}, {1, 0});  // an expanded [6, 1] column
+  EXPECT_EQ(std::string(plan->layout_for(a)), "inner-contiguous-vec16");
+  a.in[1].layout = strided({6, 16}, {0, 0});  // a scalar
+  EXPECT_EQ(std::string(plan->layout_for(a)), "contiguous-vec16");
+  a.in[1].layout = strided({6, 16}, {0, 1});
+  a.in[0].layout = strided({6, 16}, {32, 1});  // rows 32 apart: not dense
+  EXPECT_EQ(std::string(plan->layout_for(a)), "inner-contiguous-vec16");
+}
+
 TEST_F(AddFixture, BroadcastInputsMayOverlapThemselves) {
   auto a = args();
   a.in[1].layout = strided({3, 4}, {0, 1});  // an expanded [4] row: fine for an input

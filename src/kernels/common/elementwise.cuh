@@ -101,7 +101,8 @@ struct EwVec {
   FastDiv fdiv[kMaxRank];
   int64_t stride[kEwMaxOps][kMaxRank];
   void* ptr[kEwMaxOps];
-  uint32_t inner_bcast;  // bit k: operand k has innermost stride 0
+  uint32_t inner_bcast;   // bit k: operand k has innermost stride 0
+  uint32_t row_periodic;  // ROWS launches: bit k, operand k is one row (strides 1, 0) repeated
 };
 
 /// Whether operand k (of nops; outputs first) of a CONTIG (rank <= 1) launch is a broadcast
@@ -114,11 +115,25 @@ __device__ __forceinline__ bool ew_contig_bcast(const EwVec& a, int k) {
   return k >= NOUT && NOPS - NOUT > 1 && ((a.inner_bcast >> k) & 1);
 }
 
+/// Whether F has the row-broadcast kernel (functors.cuh ROW_BCAST).
+template <class F>
+consteval bool ew_row_bcast() {
+  if constexpr (requires { F::row_bcast; }) return F::row_bcast;
+  else return false;
+}
+
 /// Offsets of element e for every operand. CONTIG (rank <= 1): e itself, 0 for a broadcast
 /// operand, no arithmetic at all (its own kernel instantiation, so it keeps few registers).
-template <bool CONTIG, int NOPS, int NOUT>
+/// ROWS (a dense rank-2 iteration below 2^31 elements, ew_row_periodic_mask): e, or its column
+/// e mod shape[0] for a repeated-row operand, in 32 bits.
+template <bool CONTIG, int NOPS, int NOUT, bool ROWS = false>
 __device__ __forceinline__ void ew_vec_offsets(const EwVec& a, int64_t e, int64_t (&off)[NOPS]) {
-  if constexpr (CONTIG) {
+  if constexpr (ROWS) {
+    const uint32_t e32 = static_cast<uint32_t>(e);
+    const uint32_t col = e32 - a.fdiv[0].div(e32) * a.fdiv[0].d;
+#pragma unroll
+    for (int k = 0; k < NOPS; ++k) off[k] = (a.row_periodic >> k) & 1 ? col : e32;
+  } else if constexpr (CONTIG) {
 #pragma unroll
     for (int k = 0; k < NOPS; ++k) off[k] = ew_contig_bcast<NOPS, NOUT>(a, k) ? 0 : e;
   } else {
@@ -146,7 +161,7 @@ __device__ __forceinline__ void ew_vec_offsets(const EwVec& a, int64_t e, int64_
   }
 }
 
-template <class F, int VEC, int UNROLL, bool CONTIG, size_t... I>
+template <class F, int VEC, int UNROLL, bool CONTIG, bool ROWS, size_t... I>
 __device__ __forceinline__ void ew_vec_body(const F& f, const EwVec& a, cuda::std::index_sequence<I...>) {
   using ins = typename F::ins;
   using out_t = typename F::out_t;
@@ -163,13 +178,13 @@ __device__ __forceinline__ void ew_vec_body(const F& f, const EwVec& a, cuda::st
     for (int u = 0; u < UNROLL; ++u) {
       const int64_t e = block_start + (int64_t(u) * kEwThreads + threadIdx.x) * VEC;
       int64_t off[NOPS];
-      ew_vec_offsets<CONTIG, NOPS, NOUT>(a, e, off);
+      ew_vec_offsets<CONTIG, NOPS, NOUT, ROWS>(a, e, off);
       (
           [&] {
             using T = cuda::std::tuple_element_t<I, ins>;
             auto& dst = cuda::std::get<I>(v[u]);
             const T* p = static_cast<const T*>(a.ptr[NOUT + I]) + off[NOUT + I];
-            if (CONTIG ? ew_contig_bcast<NOPS, NOUT>(a, NOUT + I) : (a.inner_bcast >> (NOUT + I)) & 1) {
+            if (!ROWS && (CONTIG ? ew_contig_bcast<NOPS, NOUT>(a, NOUT + I) : (a.inner_bcast >> (NOUT + I)) & 1)) {
               const T s = *p;
 #pragma unroll
               for (int j = 0; j < VEC; ++j) dst.v[j] = s;
@@ -196,7 +211,7 @@ __device__ __forceinline__ void ew_vec_body(const F& f, const EwVec& a, cuda::st
         for (int k = 0; k < NOUT; ++k) o[k].v[j] = r[k];
       }
       int64_t off[NOPS];
-      ew_vec_offsets<CONTIG, NOPS, NOUT>(a, e, off);
+      ew_vec_offsets<CONTIG, NOPS, NOUT, ROWS>(a, e, off);
 #pragma unroll
       for (int k = 0; k < NOUT; ++k) store_vec<out_t, VEC>(static_cast<out_t*>(a.ptr[k]) + off[k], o[k]);
     }
@@ -205,7 +220,7 @@ __device__ __forceinline__ void ew_vec_body(const F& f, const EwVec& a, cuda::st
     const int64_t end = block_start + BLOCK < a.n ? block_start + BLOCK : a.n;
     for (int64_t e = block_start + threadIdx.x; e < end; e += kEwThreads) {
       int64_t off[NOPS];
-      ew_vec_offsets<CONTIG, NOPS, NOUT>(a, e, off);
+      ew_vec_offsets<CONTIG, NOPS, NOUT, ROWS>(a, e, off);
       ins x{static_cast<const cuda::std::tuple_element_t<I, ins>*>(a.ptr[NOUT + I])[off[NOUT + I]]...};
       out_t r[NOUT];
       f(e, x, r);
@@ -225,9 +240,9 @@ consteval int ew_min_ctas() {
   else return 0;
 }
 
-template <class F, int VEC, int UNROLL, bool CONTIG>
+template <class F, int VEC, int UNROLL, bool CONTIG, bool ROWS = false>
 __global__ void __launch_bounds__(kEwThreads, ew_min_ctas<F, CONTIG>()) ew_vec_kernel(F f, EwVec a) {
-  ew_vec_body<F, VEC, UNROLL, CONTIG>(f, a, cuda::std::make_index_sequence<cuda::std::tuple_size_v<typename F::ins>>{});
+  ew_vec_body<F, VEC, UNROLL, CONTIG, ROWS>(f, a, cuda::std::make_index_sequence<cuda::std::tuple_size_v<typename F::ins>>{});
 }
 
 template <class Index>
@@ -321,6 +336,13 @@ cudaError_t ew_launch(const F& f, const EwIter& it, bool allow_vec, cudaStream_t
     for (int k = 0; k < it.nops; ++k) {
       a.ptr[k] = it.ptr[k];
       if (it.rank == 0 || it.stride[k][0] == 0) a.inner_bcast |= 1u << k;
+    }
+    if constexpr (ew_row_bcast<F>()) {
+      a.row_periodic = detail::ew_row_periodic_mask(it);
+      if (a.row_periodic != 0) {
+        ew_vec_kernel<F, VEC, kEwVecUnroll, true, true><<<grid, kEwThreads, 0, stream>>>(f, a);
+        return cudaGetLastError();
+      }
     }
     // Rank <= 1 gets its own instantiation: measured on H100 (128M elements), the rank-general
     // code ran bf16 neg 9% and bf16 sin 47% slower (60+ registers, less occupancy).

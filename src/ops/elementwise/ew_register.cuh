@@ -38,6 +38,7 @@ struct EwFwd {
   static constexpr bool indexed = NIN == 0 || kern::ew_ops::kIndexedOp<Op>;
   static constexpr int min_ctas = sizeof(T) == 2 ? kern::ew_ops::min_ctas_of<Op>().rank_general16 : 0;
   static constexpr int min_ctas_contig = cuda::std::is_same_v<T, float> ? kern::ew_ops::min_ctas_of<Op>().contig_f32 : 0;
+  static constexpr bool row_bcast = NIN == 2 && kern::ew_ops::kRowBcastOp<Op>;
   EwParams p;
   __device__ __forceinline__ void operator()(int64_t idx, const ins& in, out_t (&out)[1]) const {
     if constexpr (NIN == 0) {
@@ -86,7 +87,7 @@ cudaError_t ew_launch_fn(const EwIter& it, const EwParams& p, bool allow_vec, cu
 
 template <class F>
 EwEntry ew_entry(ElementwiseOp op, Direction dir, DType in, DType out) {
-  return EwEntry{op, dir, in, out, &ew_launch_fn<F>, kern::vec_width<F>(), F::short16, F::indexed};
+  return EwEntry{op, dir, in, out, &ew_launch_fn<F>, kern::vec_width<F>(), F::short16, F::indexed, kern::ew_row_bcast<F>()};
 }
 
 template <DTypeSet S, class F>

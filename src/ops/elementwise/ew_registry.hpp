@@ -22,6 +22,7 @@ struct EwEntry {
   int vec;       // elements per 16-byte access of the vectorized variant
   bool short16;  // 16-bit storage on a short form (functors.cuh SHORT16): the SKU's precision note says so
   bool indexed;  // the kernel reads the element's logical index (generators, INDEXED ops): keep_order
+  bool row_bcast;  // has the row-broadcast contiguous kernel (functors.cuh ROW_BCAST)
 };
 
 /// All entries, sorted for lookup.

@@ -533,7 +533,9 @@ std::string_view ElementwisePlan::layout_for(const ElementwiseArgs& a) const {
   const auto it = plan_iter(desc_, a, l, entry_->indexed);
   if (lut_ && lut16_fits(it, lut_device_)) return "contiguous-lut16";
   if (allow_vectorized_ && detail::ew_can_vectorize(it, entry_->vec))
-    return it.rank <= 1 ? "contiguous-vec16" : "inner-contiguous-vec16";
+    return it.rank <= 1                                                ? "contiguous-vec16"
+           : entry_->row_bcast && detail::ew_row_periodic_mask(it) != 0 ? "row-broadcast-vec16"
+                                                                         : "inner-contiguous-vec16";
   return it.fits_i32 ? "strided-i32" : "strided-i64";
 }
 
