@@ -282,6 +282,29 @@ def _f32_ulps(got, ref64):
 
 
 @needs_cuda
+def test_erfc_f32_accuracy_and_special_values():
+    """f32 erfc (short_math::erfc_f32): within 5 ulp of the correctly rounded result where it is
+    normal (host model: 3.1; the hardware ex2's error adds to it, as it does to libdevice's
+    erfcf, documented at 4), within 4 units of 2^-149 where it is subnormal (x in [9.19, 10.05]),
+    and torch's value at the special operands."""
+    g = torch.Generator(device=ew.DEVICE).manual_seed(13)
+    x = torch.cat([torch.randn(1 << 21, device=ew.DEVICE, generator=g),
+                   torch.empty(1 << 21, device=ew.DEVICE).uniform_(-10.5, 10.5, generator=g),
+                   torch.linspace(9.0, 10.2, 1 << 16, device=ew.DEVICE)])
+    got = F.erfc(x)
+    ref = torch.special.erfc(x.double())
+    normal = ref.abs() >= 2.0 ** -126
+    err = _f32_ulps(got[normal], ref[normal])
+    assert float(err.max()) <= 5.0, (float(err.max()), x[normal][err.argmax()].item())
+    sub = (got.double() - ref).abs()[~normal] / 2.0 ** -149
+    assert float(sub.max()) <= 4.0, float(sub.max())
+    sv = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 10.06, 11.0, -11.0, 1e-30, -1e-30, 1e-40],
+                      device=ew.DEVICE)
+    got, want = F.erfc(sv), torch.erfc(sv)
+    assert bool(((got == want) | (got.isnan() & want.isnan())).all()), (got, want)
+
+
+@needs_cuda
 def test_pow_f32_accuracy_and_special_values():
     """f32 pow (short_math::pow_f32, libdevice powf out of its domain) within 2 ulp of the correctly
     rounded result over wide and bench-like operands, and torch's value (bit for bit, NaN where

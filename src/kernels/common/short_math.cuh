@@ -556,6 +556,66 @@ BARACUDA_HD inline bool pow_f32(float a, float b, float* r) {
   return a_ok & (fabsf(nf) < 125.5f);
 }
 
+// ---- erfc (f32) ------------------------------------------------------------------------------------
+/// erfc(x) for f32 storage, every x, no fallback and no branch: NaN -> NaN, +inf -> +0, -inf -> 2,
+/// +-0 -> 1 exactly, results below 2^-126 (x in [9.19, 10.05]) subnormal as libdevice's erfcf
+/// (torch's function) returns them, +0 past 10.0541945; x < 0 gives 2 - erfc(-x).
+///
+/// libdevice's erfcf issues 45.75 SASS instructions an element on sm_90a (a float4 kernel: two MUFU
+/// reciprocals, an expf with FRND and a two-factor scale, a Newton division, the range selects): the
+/// f32 row was issue-bound at 0.97x torch on the H200. This is 33.75 (22 FFMA, 4 FADD, 3 FMUL, 2 MUFU,
+/// FMNMX, FSETP and 3 constant moves shared by the 4 lanes), one MUFU reciprocal and one ex2:
+///   * a = min(|x|, 10.1) (FMNMX.NAN: NaN passes), erfc(a) = 2^(-c a^2) F(a) with c = log2(e)
+///     rounded to f32 (F is erfcx up to a factor 2^(-1.9e-8 a^2), fitted with it);
+///   * F(a) = Q(t), t = 1/(1 + 0.53 a) in [0.157, 1] from the MUFU reciprocal, Q of degree 10
+///     (relative error 2^-28.3 with its f32 coefficients). One t form over [0, 10.1]; libdevice
+///     divides by 1 + 2a besides (a second reciprocal and a Newton step).
+///   * t's relative error is amplified by kappa = t Q'(t)/Q(t) = d ln F / d ln t (1.18 .. 2.13), and
+///     so is the rounding of d = 1 + 0.53 a. So no Newton step (which leaves t's own rounding: 4.1
+///     ulp at worst): the exact residual e1 = 1 - (1 + 0.53 a) t (two FMAs, with d's error dl from a
+///     third; without it 4.6 ulp) gives the true t(1 + e1), and Q(t(1 + e1)) = Q(t)(1 + kappa e1),
+///     kappa ~ 1.0190 + 1.1706 t (within 0.061). The reciprocal's own error thus hardly shows: its
+///     documented error injected alone (relative 2^-22) moves the maximum by 0.3 ulp;
+///   * c a^2 = a w + a wl, w = c a rounded and wl its FMA error; u = a w + 2048 rounds a w to a
+///     multiple sh of 2^-12, so 2112 - u = 64 - sh is exact and rho = (a w - sh) + a wl (one FMA
+///     each, |rho| <= 2^-12.9) is the rest: 2^(-c a^2) = 2^(64 - sh) 2^-64 (1 - rho ln 2) to 2^-27.9.
+///     The MUFU ex2 of 64 - sh >= -83.2 stays normal; the 2^-64 rides in Q's coefficients, so the
+///     last product rounds into the subnormals unflushed (no select, unlike exp_tiny's callers);
+///   * R = Q (1 + kappa e1 - rho ln 2) with the correction folded into Q's last Horner step (one
+///     rounding, not two: 3.7 ulp with two), times the ex2.
+/// Host check (tests/host/test_short_math.cpp, against erfcl in f32 ulps of the reference, every f32
+/// pattern of [2^-30, 10.1] and its negation): max 3.10 ulp where the result is normal (2.81 on the
+/// bench's standard normal x), 1.28 2^-149 for subnormal results, 2.00 for x < 0; libdevice's erfcf
+/// algorithm (transcribed from its SASS) gives 3.93 and 1.93 on the same host model of the MUFU
+/// instructions. With their errors injected, relative 2^-23 / 2^-22: 5.71 / 7.49 (libdevice's
+/// algorithm: 6.3 / 8.01). Why not <= 2: the ex2's rounding alone can cost 1 ulp of the result (its
+/// documented 2 ulp: up to 4), R's another, the product 0.5; even R computed exactly and rounded
+/// once gives 2.0. Less needs R and the product in float-float (estimated 5 more instructions).
+BARACUDA_HD inline float erfc_f32(float x) {
+  const float ax = fabsf(x);
+  const float a = ax > 10.1f ? 10.1f : ax;  // NaN stays NaN (FMNMX.NAN)
+  constexpr float kP = 0.53f;
+  const float d = fmaf(a, kP, 1.0f);
+  const float dl = fmaf(a, kP, 1.0f - d);  // (1 + kP a) - d (1 - d is exact)
+  const float t = rcp_fast(d);
+  const float e1 = fmaf(-dl, t, fmaf(-d, t, 1.0f));  // 1 - (1 + kP a) t
+  constexpr float S = 0x1p-64f;  // ex2 of 64 - sh below: Q carries the 2^-64
+  const float p = horner(t, {5.152641237e-02f * S, -3.215297759e-01f * S, 8.182893395e-01f * S, -1.025102854e+00f * S,
+                             5.845822692e-01f * S, -1.986922622e-01f * S, 2.487078160e-01f * S, 2.425300330e-01f * S,
+                             3.007880151e-01f * S, 2.988974154e-01f * S});
+  constexpr float kQ0 = 3.593201654e-06f * S;
+  const float q = fmaf(p, t, kQ0);
+  const float kappa = fmaf(1.170570283f, t, 1.018977014f);
+  constexpr float kC = 1.44269502162933349609375f;  // log2(e) rounded to f32
+  const float w = mul_rn(a, kC);
+  const float wl = fmaf(a, kC, -w);
+  const float u = fmaf(a, w, 2048.0f);
+  const float rho = fmaf(a, wl, fmaf(a, w, 2048.0f - u));
+  const float corr = fmaf(kappa, e1, rho * -0.693147180559945309f);
+  const float r = fmaf(p, t, fmaf(q, corr, kQ0)) * ex2_fast(2112.0f - u);
+  return x < 0.0f ? 2.0f - r : r;
+}
+
 // ---- floor division (16-bit storage) -----------------------------------------------------------------
 /// floor(a / b) of the exact quotient without fmod (ATen's div_floor_floating, whose fmodf is a
 /// loop over the exponent difference). Round-to-nearest cannot cross an integer n with |n| < 2^24

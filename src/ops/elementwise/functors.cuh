@@ -169,8 +169,15 @@ struct op_round {
 };
 struct op_frac { FW1 { return x - trunc(x); } BW0 { g[0] = dy; } };
 struct op_erf { FW1 { return erf(x); } BW1(x) { g[0] = dy * M(1.12837916709551257390) * exp(-x * x); } };
+// f32: short_math::erfc_f32 (~34 sm_90a instructions an element against libdevice erfcf's ~46,
+// which held the f32 row issue-bound at 0.96-0.97x torch on the H200; host: <= 3.1 f32 ulp, where
+// libdevice's own algorithm on the same MUFU model gives 3.9).
 struct op_erfc { SHORT16
-  FW1 { if constexpr (kShortMath<M, T>) return short_math::erfc_short(x); else return erfc(x); } BW1(x) { g[0] = -dy * M(1.12837916709551257390) * exp(-x * x); } };
+  FW1 {
+    if constexpr (kShortMath<M, T>) return short_math::erfc_short(x);
+    else if constexpr (kF32<M>) return short_math::erfc_f32(x);
+    else return erfc(x);
+  } BW1(x) { g[0] = -dy * M(1.12837916709551257390) * exp(-x * x); } };
 struct op_erfinv { FW1 { return erfinv(x); } BW1(y) { g[0] = dy * M(0.886226925452758013649) * exp(y * y); } };
 // f32 (and 16-bit storage, computed in f32): short_math's branch-light forms; f64: Cephes.
 template <class M, class T> __device__ __forceinline__ M digamma_(M x) {

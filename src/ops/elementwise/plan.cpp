@@ -366,6 +366,9 @@ Result<ElementwisePlan> ElementwisePlan::select(const Target& target, const Elem
            (desc.op == ElementwiseOp::lgamma || desc.op == ElementwiseOp::digamma || desc.op == ElementwiseOp::polygamma))
     p.sku_.precision.note = "own f32 lgamma/digamma/trigamma series with MUFU log/reciprocal (<= 18 f32 ulp where "
                             "|result| >= 0.5, ~1e-6 absolute near the roots; polygamma n >= 2: zeta)";
+  if (desc.dtype == DType::f32 && desc.op == ElementwiseOp::erfc)
+    p.sku_.precision.note = "own f32 erfc (exp2(-c x^2) times a degree-10 polynomial in 1 / (1 + 0.53 |x|), one "
+                            "MUFU ex2 and reciprocal: <= 3.1 ulp on the host model; subnormal results kept)";
   if (desc.dtype == DType::f32 && desc.op == ElementwiseOp::pow)
     p.sku_.precision.note = "own f32 pow (float-float log2, polynomial exp2: <= 2 ulp; libdevice powf for a <= 0, "
                             "non-finite operands and results past 2^+-125.5)";
