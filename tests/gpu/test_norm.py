@@ -418,6 +418,56 @@ def test_norm_param_grads_deterministic(op, n):
             assert torch.equal(g[1], grads[0][1]), "dbias differs between runs"
 
 
+# The dense-rows backward (16-bit rows, n = 16 x the threads of a row, parameter gradients asked for:
+# norm_kernel.cuh dense_bw_kernel): layer_norm's variant that loads the next row ahead at 128 / 256
+# threads a row, the plain one at 512 (n = 8192) and for rms_norm. Rows: fewer than the 528
+# partial-sum slots (3) and more (600: some slots sum two rows); rows strided (a slice of a wider
+# tensor); layer_norm with a bias only (weight ones); f32 parameters. Against torch, the SKU, and
+# bit-identical results on a second run.
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("n", [2048, 4096, 8192])
+@pytest.mark.parametrize("case", ["rows3", "rows600", "strided", "bias_only", "mixed"])
+def test_norm_dense_rows_backward(op, dt, n, case):
+    if op == "rms_norm" and case == "bias_only":
+        pytest.skip("rms_norm has no bias: without a weight it has no parameter gradient")
+    rows = {"rows3": 3, "rows600": 600}.get(case, 37)
+    cols = n + 64 if case == "strided" else n
+    x = randn((rows, cols), dt, "dense", op, dt, n, case, scale=1.5, shift=0.3)[:, :n]
+    dy = randn((rows, cols), dt, "dense-dy", op, dt, n, case)[:, :n]
+    w, b = make_params(op, "mixed" if case == "mixed" else "weight_bias", dt, n, "dense", op, dt, n)
+    if case == "bias_only":
+        w = None
+    eps = 1e-5
+    if op == "layer_norm":
+        _, mean, rstd = F.layer_norm_stats(x, (n,), w, b, eps=eps)
+        run = lambda: F.layer_norm_backward(dy, x, (n,), mean, rstd, w, (True, w is not None, True))  # noqa: E731
+    else:
+        mean = None
+        _, rstd = F.rms_norm_stats(x, (n,), w, eps=eps)
+        run = lambda: F.rms_norm_backward(dy, x, (n,), rstd, w, (True, True)) + (None,)  # noqa: E731
+    dx, dw, db = run()
+    yref, _, (xu, wu, bu) = norm_ref(op, x, (n,), w, b, eps)
+    yref.backward(dy.to(yref.dtype))
+    rtol, atol = tol(op, dt, bw=True)
+    what = f"{op}_backward {dt} n={n} {case}"
+    close(dx, xu.grad.to(dt), rtol, atol, f"{what} dx")
+    if w is not None:
+        close(dw, wu.grad.to(w.dtype), rtol, atol * rows, f"{what} dweight")
+    if b is not None:
+        close(db, bu.grad.to(b.dtype), rtol, atol * rows, f"{what} dbias")
+    again = run()
+    for got, first, name in zip(again, (dx, dw, db), ("dx", "dweight", "dbias")):
+        assert first is None or torch.equal(got, first), f"{what}: {name} differs between runs"
+    tensors = {"dy": dl(dy), "x": dl(x), "rstd": dl(rstd), "out": dl(dx)}
+    for role, t in (("mean", mean), ("weight", w), ("dweight", dw), ("dbias", db)):
+        if t is not None:
+            tensors[role] = dl(t)
+    layout = _C.norm_sku(op, True, tensors, -1, 1, eps, True, {}).split("layout=")[-1]
+    want = "cta-dense-rows-ahead-vec16" if op == "layer_norm" and n <= 4096 else "cta-dense-rows-vec16"
+    assert layout == want, f"{what}: layout {layout}, expected {want}"
+
+
 # ---- cluster rows (rows past one CTA's registers, sm_90+) ------------------------------------------
 # 16-bit/f32 forward rows hold 512 x 32 elements a CTA and backward rows 512 x 16, so these lengths
 # take clusters of 2 / 4 / 8 / 16 CTAs holding the row (fw 16385 -> 2, 40000 -> 4, 128256 -> 8;

@@ -1659,6 +1659,167 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
 #endif
 }
 
+/// The layer/rms_norm backward of dense 16-bit rows: one CTA a row (tpr = blockDim.x), every
+/// thread a full share (n == tpr x kItems), one row dim, unit column stride, 16-byte vectors
+/// (detail::norm_dense_bw). The same arithmetic in the same order as row_kernel's cached
+/// path (thread_pass per vector merged in chunk order, the warp butterfly, the warps' butterfly
+/// tree, Op::finish / out / param_grad, partial sums per slot in row order), so the same bits;
+/// what it drops is row_kernel's generality, which cost this case ~19 of its ~37 SASS
+/// instructions an element (row_offsets and 64-bit column indices each row, per-vector tests,
+/// rebuilt shared-memory addresses, the weight-load branch, a runtime pgrad, a looped cross-warp
+/// butterfly and two barriers a row):
+/// - row pointers advance by a constant stride; chunk c is the pointer plus c x tpr x kV;
+/// - a thread's shared words (weight, then the dweight / dbias sums, f32) lie together at an odd
+///   stride of 16-byte words, so each is [base + immediate] and a quarter-warp's 16-byte accesses
+///   hit 8 distinct bank groups;
+/// - the weight (or ones) is read once before the row loop;
+/// - the warps' partial results take two buffers by row parity: one barrier a row.
+/// kAhead (layer_norm, tpr <= 256: detail::norm_dense_bw_ahead): the next row's dy, x, mean and
+/// rstd are loaded into registers once this row's sums have read its own, so the loads fly during
+/// this row's reduction and output. That takes ~127 registers: CTAs of at most 256 threads, 2 an SM
+/// (16 warps instead of 32), and still faster. H200, [16384, 4096] bf16, the row and reduce
+/// kernels in a driver, same output bits as row_kernel: layer_norm bw 134.3 -> 125.9 us without
+/// kAhead (64 registers, 4 CTAs an SM), 116.4 with it; rms_norm bw 108.6 -> 107.6-109.0 without,
+/// 109.3-109.5 with (so rms_norm keeps 4 CTAs). Staging the next row in shared memory with cp.async
+/// instead (3 CTAs an SM for the space) took 148 us, and kAhead capped at 3 CTAs (80 registers,
+/// 52 bytes of spills) 166 us.
+template <class T, class Op, int kItems, bool kAhead>
+__global__ void __launch_bounds__(kAhead ? 256 : 512, 2) dense_bw_kernel(const NormLaunch p) {
+  using M = float;
+  constexpr int kV = 8, kC = kItems / kV, kW = kV / 2;
+  constexpr int kQ = kItems / 4;  // 16-byte words of one f32 array of a thread
+  constexpr bool kBias = Op::kOp == NormOp::layer_norm;
+  constexpr int kStride = ((kBias ? 3 : 2) * kQ) | 1;
+  static_assert(sizeof(T) == 2 && kItems % kV == 0, "16-bit rows of whole vectors");
+  __shared__ Acc<M> red[2][detail::kNormMaxTpr / 32];
+  const int tid = int(threadIdx.x), tpr = int(blockDim.x), nw = tpr >> 5;
+  float4* const mine = reinterpret_cast<float4*>(norm_dyn_smem) + tid * kStride;
+  const int64_t n = p.n;
+  const int cstep = tpr * kV;  // columns between a thread's chunks
+#pragma unroll
+  for (int c = 0; c < kC; ++c) {
+    M wl[kV];
+    if (p.weight != nullptr)
+      load_params<kV, T>(p.weight, p.param_f32, (tid + int64_t(c) * tpr) * kV, wl);
+    else
+#pragma unroll
+      for (int e = 0; e < kV; ++e) wl[e] = M(1);
+    mine[2 * c] = make_float4(wl[0], wl[1], wl[2], wl[3]);
+    mine[2 * c + 1] = make_float4(wl[4], wl[5], wl[6], wl[7]);
+  }
+#pragma unroll
+  for (int q = kQ; q < (kBias ? 3 : 2) * kQ; ++q) mine[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  const int64_t s_dy = p.row_stride[detail::kIn0][0], s_x = p.row_stride[detail::kIn1][0],
+                s_dx = p.row_stride[detail::kOut0][0];
+  const int64_t row0 = blockIdx.x, rstep = gridDim.x;
+  auto fetch = [&](int64_t r, uint32_t (&d)[2][kItems / 2], M& mean, M& rstd) {
+    const T* dy = static_cast<const T*>(p.in[0]) + r * s_dy + tid * kV;
+    const T* x = static_cast<const T*>(p.in[1]) + r * s_x + tid * kV;
+    if (Op::kLoadMean) mean = static_cast<const M*>(p.mean_in)[r];
+    rstd = static_cast<const M*>(p.rstd_in)[r];
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      load_words<kW>(dy, c * cstep, &d[0][c * kW]);
+      load_words<kW>(x, c * cstep, &d[1][c * kW]);
+    }
+  };
+  uint32_t nx[2][kItems / 2];
+  M next_mean = M(0), next_rstd = M(0);
+  if (kAhead && row0 < p.rows) fetch(row0, nx, next_mean, next_rstd);
+  int parity = 0;
+  for (int64_t row = row0; row < p.rows; row += rstep) {
+    T* dx = static_cast<T*>(p.out[0]) + row * s_dx + tid * kV;
+    St<M> st{M(0), M(0), M(0), M(0), M(0), M(0)};
+    uint32_t v[2][kItems / 2];
+    if constexpr (kAhead) {
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int i = 0; i < kItems / 2; ++i) v[t][i] = nx[t][i];
+      st.mean = next_mean;
+      st.rstd = next_rstd;
+    } else {
+      fetch(row, v, st.mean, st.rstd);
+    }
+    auto widen = [&](int t, int i) { return widen_half<T>(v[t][i / 2], i & 1); };
+    Acc<M> acc;
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      const float4 w0 = mine[2 * c], w1 = mine[2 * c + 1];
+      const M wc[kV] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+      M u[2][kV];
+#pragma unroll
+      for (int e = 0; e < kV; ++e) u[0][e] = widen(0, c * kV + e), u[1][e] = widen(1, c * kV + e);
+      const bool ok[1] = {true};
+      const Acc<M> r = Op::template thread_pass<M, kV, kV>(0, u, ok, wc, st);
+      acc = c == 0 ? r : merge_of<Op>(0, acc, r);
+    }
+    if (kAhead && row + rstep < p.rows) fetch(row + rstep, nx, next_mean, next_rstd);
+    // group_reduce's tree: the warp butterfly, then the same butterfly over the warps' results
+    // (lane k reads warp k mod nw), unrolled over the widths a CTA can have.
+    acc = butterfly<Op>(0, acc, 32);
+    if ((tid & 31) == 0) red[parity][tid >> 5] = acc;
+    __syncthreads();  // the other buffer's readers (the previous row) are done: they passed it
+    acc = red[parity][tid & (nw - 1)];
+    parity ^= 1;
+#pragma unroll
+    for (int o = detail::kNormMaxTpr / 64; o > 0; o >>= 1)
+      if (o < nw) {
+        const Acc<M> u{__shfl_xor_sync(0xffffffffu, acc.a, o), __shfl_xor_sync(0xffffffffu, acc.b, o)};
+        acc = merge_of<Op>(0, acc, u);
+      }
+    Op::finish(0, acc, st, static_cast<M>(n), M(0));
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      uint32_t o[kW];  // the outputs, packed as they come (two registers fewer live than 8 floats)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = 2 * c + h;
+        const float4 w4 = mine[q], sw4 = mine[kQ + q], sb4 = kBias ? mine[2 * kQ + q] : sw4;
+        const M wq[4] = {w4.x, w4.y, w4.z, w4.w};
+        M sw[4] = {sw4.x, sw4.y, sw4.z, sw4.w}, sb[4] = {sb4.x, sb4.y, sb4.z, sb4.w};
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          M oe[2];
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            const int i = c * kV + h * 4 + e + k;
+            const M xe[2] = {widen(0, i), widen(1, i)};
+            oe[k] = Op::out(xe, wq[e + k], M(0), st);
+            Op::param_grad(xe, st, sw[e + k], sb[e + k]);
+          }
+          o[h * 2 + e / 2] = pack_pair<T>(oe[0], oe[1]);
+        }
+        mine[kQ + q] = make_float4(sw[0], sw[1], sw[2], sw[3]);
+        if (kBias) mine[2 * kQ + q] = make_float4(sb[0], sb[1], sb[2], sb[3]);
+      }
+      store_words<kW>(dx, c * cstep, o);
+    }
+  }
+  // This slot's partial sums (zeros for a slot without rows): 16-byte stores where the workspace
+  // allows (rows of the partials are n x 4 bytes, a multiple of 32).
+  M* const part_w = static_cast<M*>(p.partial) + int64_t(blockIdx.x) * n + tid * kV;
+  const bool vec_out = reinterpret_cast<uintptr_t>(p.partial) % 16 == 0;
+#pragma unroll
+  for (int q = 0; q < (kBias ? 2 : 1) * kQ; ++q) {
+    // word q: array q / kQ (dweight, dbias), its chunk (q mod kQ) / 2, half (q mod 2)
+    const int c = (q % kQ) / 2;
+    M* const dst = part_w + (q >= kQ ? int64_t(p.slots) * n : 0) + c * cstep + (q % 2) * 4;
+    const float4 s = mine[kQ + q];
+    if (vec_out) {
+      *reinterpret_cast<float4*>(dst) = s;
+    } else {
+      dst[0] = s.x, dst[1] = s.y, dst[2] = s.z, dst[3] = s.w;
+    }
+  }
+}
+template <class Op, int kItems>
+constexpr size_t dense_bw_smem(int tpr) {
+  constexpr int kQ = kItems / 4;
+  return size_t(((Op::kOp == NormOp::layer_norm ? 3 : 2) * kQ) | 1) * 16 * size_t(tpr);
+}
+
 /// Second stage of the parameter gradients: dst[j] = sum over slots of partial[slot][j], in slot
 /// order split over 16 thread rows then summed in a fixed order. blockIdx.y: 0 weight, 1 bias.
 template <class M, class W>
@@ -1798,11 +1959,26 @@ cudaError_t launch_rows(const NormLaunch& p, cudaStream_t stream) {
                 smem_rows_bytes<M, Op, kSmall>(p));
     return go(KernelTag<row_kernel<T, Op, kSmall, 1>>{}, KernelTag<nullptr>{}, smem_rows_bytes<M, Op, kSmall>(p));
   };
-  cudaError_t err;
-  if constexpr (kParamDtypeTemplated<T, Op, kV>)
-    err = p.param_f32 ? launch_kernel.template operator()<true>() : launch_kernel.template operator()<false>();
-  else
-    err = launch_kernel.template operator()<false>();
+  auto launch_any = [&]() -> cudaError_t {
+    if constexpr (Op::kParamGrad && sizeof(T) == 2 && kBig % kV == 0) {
+      if (detail::norm_dense_bw(p, es)) {
+        const size_t smem = dense_bw_smem<Op, kBig>(p.tpr);
+        auto dense = [&]<auto kernel>(KernelTag<kernel>) {
+          if (const cudaError_t e = allow_smem<kernel>(smem); e != cudaSuccess) return e;
+          kernel<<<dim3(static_cast<unsigned>(p.slots)), p.block, smem, stream>>>(p);
+          return cudaSuccess;
+        };
+        if constexpr (Op::kOp == NormOp::layer_norm)
+          if (detail::norm_dense_bw_ahead(p)) return dense(KernelTag<dense_bw_kernel<T, Op, kBig, true>>{});
+        return dense(KernelTag<dense_bw_kernel<T, Op, kBig, false>>{});
+      }
+    }
+    if constexpr (kParamDtypeTemplated<T, Op, kV>)
+      return p.param_f32 ? launch_kernel.template operator()<true>() : launch_kernel.template operator()<false>();
+    else
+      return launch_kernel.template operator()<false>();
+  };
+  const cudaError_t err = launch_any();
   if (err != cudaSuccess) return err;
   if constexpr (Op::kParamGrad) {
     // At least 64 rows a split, so at most `slots` splits: the workspace rows are already there.

@@ -88,6 +88,18 @@ struct NormLaunch {
   bool vec = false;
 };
 
+/// Whether the layer/rms_norm backward takes its dense-rows kernel (norm_kernel.cuh:
+/// dense_bw_kernel): 16-bit rows, vectorized, one CTA a row whose threads each hold a full share
+/// (n == tpr x the backward's big item count), one row dim, parameter gradients asked for.
+/// NormPlan::layout_for names it from the same test.
+inline bool norm_dense_bw(const NormLaunch& p, int elem_bytes) {
+  return (p.op == NormOp::layer_norm || p.op == NormOp::rms_norm) && elem_bytes == 2 && p.vec && p.big &&
+         p.cluster == 1 && p.row_ndim == 1 && p.block == p.tpr && p.slots > 0 &&
+         p.n == int64_t(p.tpr) * norm_big_items(p.op, Direction::Backward, elem_bytes);
+}
+/// Its variant that loads the next row during this one (dense_bw_kernel's kAhead): layer_norm, in
+/// CTAs of at most 256 threads (its ~127 registers a thread).
+inline bool norm_dense_bw_ahead(const NormLaunch& p) { return p.op == NormOp::layer_norm && p.tpr <= 256; }
 /// The launcher of one (dtype, direction); explicitly instantiated in norm_<dtype>_<dir>.cu.
 template <DType D, Direction Dir>
 cudaError_t norm_launch(const NormLaunch& p, cudaStream_t stream);

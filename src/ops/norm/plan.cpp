@@ -1132,6 +1132,15 @@ Geometry geometry(const NormDesc& d, const NormArgs& a, int64_t n) {
 
 }  // namespace
 
+namespace {
+void set_launch_shape(detail::NormLaunch& p, const NormPlan::Config& cfg) {
+  p.tpr = cfg.tpr;
+  p.block = cfg.block;
+  p.big = cfg.big;
+  p.cluster = cfg.cluster;
+}
+}  // namespace
+
 std::string NormPlan::layout_for(const NormArgs& a) const {
   if (rows_ * n_ == 0) return "empty";
   if (is_channel(desc_.op)) return channel_geometry(desc_, a, allow_vectorized_, cfg_.smem_rows_bytes).name;
@@ -1143,6 +1152,16 @@ std::string NormPlan::layout_for(const NormArgs& a) const {
                 ? "registers"
                 : "streaming") +
            "-scalar";
+  if (desc_.direction == Direction::Backward && vec && (a.dweight.data || a.dbias.data)) {
+    detail::NormLaunch q = g.p;  // what run() hands the launcher, as far as norm_dense_bw reads it
+    q.op = desc_.op;
+    q.n = n_;
+    q.vec = true;
+    q.slots = cfg_.slots;
+    set_launch_shape(q, cfg_);
+    if (detail::norm_dense_bw(q, static_cast<int>(size_in_bytes(desc_.dtype))))
+      return detail::norm_dense_bw_ahead(q) ? "cta-dense-rows-ahead-vec16" : "cta-dense-rows-vec16";
+  }
   return std::string(cfg_.cluster > 1 ? "cluster" : (cfg_.tpr > 32 ? "cta" : (cfg_.tpr == 32 ? "warp" : "subwarp"))) +
          "-" + (cfg_.cached ? "registers" : "streaming") + "-" + (vec ? "vec16" : "scalar");
 }
@@ -1201,10 +1220,7 @@ Result<void> NormPlan::run(cudaStream_t stream, Workspace ws, const NormArgs& a)
     p.seed = a.rng.seed;
     p.offset = a.rng.offset;
   }
-  p.tpr = cfg_.tpr;
-  p.block = cfg_.block;
-  p.big = cfg_.big;
-  p.cluster = cfg_.cluster;
+  set_launch_shape(p, cfg_);
   p.vec = allow_vectorized_ && g.vec_ok;
   if (g.columns && !want_pgrad) {  // the parameter-gradient partition keeps the plan's shape
     p.tpr = 1;
