@@ -48,6 +48,9 @@ constexpr int norm_big_items(NormOp op, Direction dir, int elem_bytes, bool p2 =
 /// 119.9). A constant, not the device's count, so that the gradients' bits do not depend on the GPU.
 inline constexpr int kNormMaxTpr = 512;
 inline constexpr int kNormMaxSlots = 528;
+/// The same for layer_norm's dense-rows kernel with the next row ahead (2 CTAs an SM: one wave of
+/// 132 SMs; norm_dense_bw_ahead, plan.cpp).
+inline constexpr int kNormAheadSlots = 264;
 
 struct NormLaunch {
   NormOp op = NormOp::softmax;
