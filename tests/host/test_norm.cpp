@@ -303,8 +303,13 @@ TEST(NormConfig, Workspace) {
   auto p = NormPlan::select(kTarget, lnb);
   EXPECT_EQ(p->config().tpr, 256);
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(p->config().slots, 528);  // one wave of 132 SMs x 4 CTAs, whatever the device
-  EXPECT_EQ(p->workspace_size(), size_t{2} * 528 * 4096 * 4);
+  // layer_norm's dense-rows kernel with the next row ahead runs 2 CTAs an SM: one wave of 132 SMs is
+  // 264 CTAs, whatever the device (kNormAheadSlots).
+  EXPECT_EQ(p->config().slots, 264);
+  EXPECT_EQ(p->workspace_size(), size_t{2} * 264 * 4096 * 4);
+  // Everything else: one wave of 132 SMs x 4 CTAs (kNormMaxSlots).
+  auto lnf = NormDesc::layer_norm(DType::f32, Shape::of({16384, 4096}), 1, true, true, 1e-5, Direction::Backward);
+  EXPECT_EQ(NormPlan::select(kTarget, lnf)->config().slots, 528);
   auto rms = NormDesc::rms_norm(DType::bf16, Shape::of({16384, 4096}), 1, true, 1e-5, Direction::Backward);
   EXPECT_EQ(NormPlan::select(kTarget, rms)->workspace_size(), size_t{528} * 4096 * 4);
   auto few = NormDesc::rms_norm(DType::f32, Shape::of({3, 64}), 1, true, 1e-5, Direction::Backward);
