@@ -1682,7 +1682,8 @@ __global__ void __launch_bounds__(512, norm_min_ctas<T, Op, kItems, kV, kCluster
 /// kAhead (64 registers, 4 CTAs an SM), 116.4 with it; rms_norm bw 108.6 -> 107.6-109.0 without,
 /// 109.3-109.5 with (so rms_norm keeps 4 CTAs). Staging the next row in shared memory with cp.async
 /// instead (3 CTAs an SM for the space) took 148 us, and kAhead capped at 3 CTAs (80 registers,
-/// 52 bytes of spills) 166 us.
+/// 52 bytes of spills) 166 us. Without kAhead the kernel sits at the 64-register cap with one
+/// 4-byte local slot (ptxas keeps Op::finish's hoisted 1 / n there: one L1 load a row).
 template <class T, class Op, int kItems, bool kAhead>
 __global__ void __launch_bounds__(kAhead ? 256 : 512, 2) dense_bw_kernel(const NormLaunch p) {
   using M = float;
