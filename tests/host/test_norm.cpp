@@ -326,6 +326,40 @@ TEST(NormConfig, Workspace) {
   EXPECT_LE(static_cast<int64_t>(pl->config().slots) * (1 << 22), (int64_t{1} << 26) + (1 << 22));
 }
 
+// The dense-rows backward (norm_dense_bw): named by layout_for from the launcher's own test.
+TEST(NormConfig, DenseRowsBackwardLayout) {
+  auto args = [](DType dt, int64_t rows, int64_t n, int64_t row_stride, bool ln, bool pgrad) {
+    NormArgs a;
+    a.dy = TensorRef{fake_ptr(0), dt, strided({rows, n}, {row_stride, 1})};
+    a.x = TensorRef{fake_ptr(1), dt, strided({rows, n}, {row_stride, 1})};
+    a.out = mut_of(2, dt, Layout::contiguous({rows, n}));
+    if (ln) a.mean = ref_of(3, DType::f32, Layout::contiguous({rows}));
+    a.rstd = ref_of(4, DType::f32, Layout::contiguous({rows}));
+    a.weight = ref_of(5, dt, Layout::contiguous({n}));
+    if (pgrad) a.dweight = mut_of(6, dt, Layout::contiguous({n}));
+    if (pgrad && ln) a.dbias = mut_of(7, dt, Layout::contiguous({n}));
+    return a;
+  };
+  auto layout = [&](bool ln, DType dt, int64_t n, int64_t row_stride, bool pgrad) {
+    const auto d = ln ? NormDesc::layer_norm(dt, Shape::of({64, n}), 1, true, true, 1e-5, Direction::Backward)
+                      : NormDesc::rms_norm(dt, Shape::of({64, n}), 1, true, 1e-5, Direction::Backward);
+    auto p = NormPlan::select(kTarget, d);
+    EXPECT_TRUE(p.ok()) << p.message();
+    const NormArgs a = args(dt, 64, n, row_stride, ln, pgrad);
+    EXPECT_TRUE(p->can_implement(a).ok()) << p->can_implement(a).message();
+    return p->layout_for(a);
+  };
+  EXPECT_EQ(layout(true, DType::bf16, 4096, 4096, true), "cta-dense-rows-ahead-vec16");  // 256 threads a row
+  EXPECT_EQ(layout(true, DType::f16, 2048, 2048, true), "cta-dense-rows-ahead-vec16");   // 128
+  EXPECT_EQ(layout(true, DType::bf16, 8192, 8192, true), "cta-dense-rows-vec16");        // 512: no room ahead
+  EXPECT_EQ(layout(false, DType::bf16, 4096, 4096, true), "cta-dense-rows-vec16");       // rms_norm: never ahead
+  EXPECT_EQ(layout(true, DType::bf16, 4096, 4160, true), "cta-dense-rows-ahead-vec16");  // strided rows, aligned
+  EXPECT_EQ(layout(true, DType::bf16, 4096, 4097, true), "cta-registers-scalar");        // unaligned rows
+  EXPECT_EQ(layout(true, DType::bf16, 4096, 4096, false), "cta-registers-vec16");        // no parameter gradients
+  EXPECT_EQ(layout(true, DType::f32, 4096, 4096, true), "cta-registers-vec16");          // 16-bit rows only
+  EXPECT_EQ(layout(true, DType::bf16, 3072, 3072, true), "cta-registers-vec16");         // 3072 / 16 is not a power of two
+}
+
 // ---- arguments ------------------------------------------------------------------------------------
 TEST(NormArgsCheck, Valid) {
   auto p = NormPlan::select(kTarget, ln());

@@ -96,8 +96,11 @@ struct NormLaunch {
 /// (n == tpr x the backward's big item count), one row dim, parameter gradients asked for.
 /// NormPlan::layout_for names it from the same test.
 inline bool norm_dense_bw(const NormLaunch& p, int elem_bytes) {
+  // Whole warps (the warp butterfly's full mask) and at most kNormMaxTpr threads (its shared
+  // buffers); the plan's block == tpr already means tpr > 32.
   return (p.op == NormOp::layer_norm || p.op == NormOp::rms_norm) && elem_bytes == 2 && p.vec && p.big &&
-         p.cluster == 1 && p.row_ndim == 1 && p.block == p.tpr && p.slots > 0 &&
+         p.cluster == 1 && p.row_ndim == 1 && p.block == p.tpr && p.tpr >= 32 && p.tpr <= kNormMaxTpr &&
+         p.slots > 0 &&
          p.n == int64_t(p.tpr) * norm_big_items(p.op, Direction::Backward, elem_bytes);
 }
 /// Its variant that loads the next row during this one (dense_bw_kernel's kAhead): layer_norm, in
