@@ -53,6 +53,23 @@ void set_launch_shape(detail::NormLaunch& p, const NormPlan::Config& cfg) {
   p.big = cfg.big;
   p.cluster = cfg.cluster;
 }
+/// Whether a vectorized backward launch of this shape with `row_ndim` row dims takes the
+/// dense-rows kernel, and its variant with the next row ahead (norm_dense_bw, norm_dense_bw_ahead):
+/// what select sizes the slots by and layout_for names.
+struct DenseRows {
+  bool dense = false, ahead = false;
+};
+DenseRows dense_rows(NormOp op, DType dtype, int64_t n, const NormPlan::Config& cfg, int slots, int row_ndim) {
+  detail::NormLaunch q{};
+  q.op = op;
+  q.n = n;
+  q.vec = true;
+  q.row_ndim = row_ndim;
+  q.slots = slots;
+  set_launch_shape(q, cfg);
+  const bool dense = detail::norm_dense_bw(q, static_cast<int>(size_in_bytes(dtype)));
+  return {dense, dense && detail::norm_dense_bw_ahead(q)};
+}
 }  // namespace
 
 std::span<const NormOpInfo> norm_ops() { return kOps; }
@@ -483,14 +500,7 @@ Result<NormPlan> NormPlan::select(const Target& target, const NormDesc& desc, co
     // (two waves) the partials written and re-read were twice the size. H200, [16384, 4096] bf16,
     // driver: 116.5 -> 109.7 us. A call of such a plan whose rows are not dense takes row_kernel
     // with this partition (half a wave there).
-    detail::NormLaunch dense{};
-    dense.op = desc.op;
-    dense.n = n;
-    dense.vec = true;
-    dense.row_ndim = 1;
-    dense.slots = 1;
-    set_launch_shape(dense, c);
-    const bool ahead = detail::norm_dense_bw(dense, es) && detail::norm_dense_bw_ahead(dense);
+    const bool ahead = dense_rows(desc.op, desc.dtype, n, c, 1, 1).ahead;
     int64_t slots = std::min<int64_t>(
         std::max<int64_t>(p.rows_, 1),
         c.cluster > 1 ? cluster_slots : (ahead ? detail::kNormAheadSlots : detail::kNormMaxSlots));
@@ -1165,14 +1175,8 @@ std::string NormPlan::layout_for(const NormArgs& a) const {
                 : "streaming") +
            "-scalar";
   if (desc_.direction == Direction::Backward && vec && (a.dweight.data || a.dbias.data)) {
-    detail::NormLaunch q = g.p;  // what run() hands the launcher, as far as norm_dense_bw reads it
-    q.op = desc_.op;
-    q.n = n_;
-    q.vec = true;
-    q.slots = cfg_.slots;
-    set_launch_shape(q, cfg_);
-    if (detail::norm_dense_bw(q, static_cast<int>(size_in_bytes(desc_.dtype))))
-      return detail::norm_dense_bw_ahead(q) ? "cta-dense-rows-ahead-vec16" : "cta-dense-rows-vec16";
+    const DenseRows d = dense_rows(desc_.op, desc_.dtype, n_, cfg_, cfg_.slots, g.p.row_ndim);
+    if (d.dense) return d.ahead ? "cta-dense-rows-ahead-vec16" : "cta-dense-rows-vec16";
   }
   return std::string(cfg_.cluster > 1 ? "cluster" : (cfg_.tpr > 32 ? "cta" : (cfg_.tpr == 32 ? "warp" : "subwarp"))) +
          "-" + (cfg_.cached ? "registers" : "streaming") + "-" + (vec ? "vec16" : "scalar");
