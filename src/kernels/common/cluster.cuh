@@ -18,6 +18,11 @@ namespace baracuda::kern {
 __device__ __forceinline__ void cluster_arrive() {
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 }
+/// The arrival of a thread that published nothing and read no other CTA's shared memory since its
+/// last wait: no release, so no memory barrier waiting for its outstanding global stores.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 /// The cluster geometry along x from the special registers (a launch without clusters is one of

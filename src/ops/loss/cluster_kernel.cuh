@@ -28,43 +28,52 @@
 // segment buffers (dynamic shared memory, 96 KB; a shared-memory carve-out that fits two CTAs an
 // SM): iteration i (row i of the cluster's walk; buffer i mod 3) issues the cp.async of row i + 1
 // into buffer i + 1 (one commit group a row, empty when nothing is copied; cp.async.wait_group 1
-// then waits for row i's group only), reduces row i, waits for row i - 1's exchange, publishes row
-// i's partial and arrives, then writes row i - 1's gradient from buffer i - 1: the exchange of one
-// row is in flight during the gradient of the previous row and the reduction of the next, and the
-// next row's loads during all of it. A thread copies and reads only its own vectors, so a buffer
-// needs no CTA barrier before it is refilled: the thread's last reads of buffer i + 1 (row i - 2's
-// gradient, in the previous iteration) were consumed by its own earlier stores. The vectors past
-// the segment's end hold -inf in every buffer from the start (no term in the max or the sum; the
-// copies never touch them). Targets are read one row ahead of the copies (row i + 2's target in
-// iteration i), so deciding whether to copy row i + 1 waits on no load. Per row:
+// then waits for row i's group only), merges row i - 1's exchange (warp 0) while the other warps
+// reduce row i, publishes row i's partial and arrives, then writes row i - 1's gradient from
+// buffer i - 1: the exchange of one row is in flight during the gradient of the previous row and
+// the reduction of the next, and the next row's loads during all of it. A thread copies and reads
+// only its own vectors, so a buffer needs no CTA barrier before it is refilled: the thread's last
+// reads of buffer i + 1 (row i - 2's gradient, in the previous iteration) were consumed by its own
+// earlier stores. The vectors past the segment's end hold -inf in every buffer from the start (no
+// term in the max or the sum; the copies never touch them). Targets are read one row ahead of the
+// copies (row i + 2's target in iteration i), so deciding whether to copy row i + 1 waits on no
+// load. Per row:
 //
-//   1. wait for this row's copies; each thread loads its vectors once (one pass over shared
-//      memory, the max and the exponentials from the same registers) and reduces them to (max,
-//      sum exp(x - max)) and, for label smoothing, the sums of w_c x_c and w_c; a shuffle butterfly per warp and
-//      one over the 16 warp partials (fixed trees; one exponential a merge, the plain sums
-//      shuffled only with label smoothing) give the CTA's partial (warp_part[e % 2] and
-//      cta_part[e % 2] for the cluster's e-th exchange);
-//   2. cluster barrier, split: arrive.release after the partial is stored (step 1), wait.acquire
-//      in the next iteration, after the next row's reduction: every partial is visible
-//      cluster-wide;
-//   3. warp 0 reads the S partials through distributed shared memory (map_shared_rank; lane l
-//      reads rank l mod W, W the power of two >= S), merges them with a fixed butterfly over W
-//      lanes (the lanes past S hold the identity) and hands the total to the other warps through
-//      shared memory (row_tot[e % 2]) and a CTA barrier after the arrival: every CTA computes the row's
-//      log-sum-exp from the same partials in the same order, so the result depends on (C, S)
+//   1. warp 0 waits for the previous row's cluster barrier (wait.acquire), reads the S partials
+//      through distributed shared memory (map_shared_rank; lane l reads rank l mod W, W the power
+//      of two >= S), merges them with a fixed butterfly over W lanes (the lanes past S hold the
+//      identity) and leaves the total in shared memory (row_tot[e % 2]): every CTA computes the
+//      row's log-sum-exp from the same partials in the same order, so the result depends on (C, S)
 //      only, never on scheduling, on the pipelining or on which cluster took the row;
-//   4. the gradient of the segment (the thread holding the target's logit also writes the row's
-//      loss), after the next row's arrival; the loop exists with and without per-class weights
-//      in the smoothing term, so the common case issues ~4.5 instructions an element (widen, FFMA,
-//      ex2, FFMA, half a paired F2FP conversion) and no predicated-off weight loads.
+//   2. meanwhile the other warps wait for this row's copies; each thread loads its vectors once
+//      (one pass over shared memory, the max and the exponentials from the same registers) and
+//      reduces them to (max, sum exp(x - max)) and, for label smoothing, the sums of w_c x_c and
+//      w_c; a shuffle butterfly per warp (maxima first, then the rescaled sums) leaves the warp
+//      partials in warp_part[e % 2];
+//   3. a CTA barrier (the warp partials and the previous row's total); the last warp merges the
+//      warp partials (the same butterfly over the 16 lanes) into cta_part[e % 2] and arrives with
+//      release, warp 0 arrives with release (its DSMEM reads are done), the other warps wait for
+//      the previous barrier and arrive relaxed: the cluster barrier of this row, waited for in
+//      the next iteration;
+//   4. the previous row's gradient of the segment (the thread holding the target's logit rewrites
+//      that element with the target's term and writes the row's loss); the loop exists with and
+//      without per-class weights in the smoothing term, so the common case issues ~4.5
+//      instructions an element (widen, FFMA, ex2, FFMA, half a paired F2FP conversion) and no
+//      predicated-off weight loads.
+//
+// H200, [8192, 128256] bf16, this order and butterfly: 1260 us, against 1449 us for an exchange
+// after the reduction with a second CTA barrier and pairwise-merging butterflies; a copy of the
+// same bytes takes 990 us. (Partials exchanged through global memory instead of DSMEM, which lets
+// all 264 CTA slots run instead of the 240 that clusters of 8 co-schedule: 1356 us for S = 8,
+// 832 us instead of 896 for S = 10; not taken.)
 //
 // One barrier a row suffices because the partials alternate between two slots: a CTA writes
 // cta_part[e % 2] for exchange e after its wait at barrier e - 1, which completes only when every
 // CTA has arrived there, and every CTA arrives at barrier e - 1 (release) after its reads of
 // exchange e - 2's partials, the previous contents of that slot. warp_part[e % 2] is rewritten
-// after the CTA barrier of exchange e - 1's reduction, which warp 0 reaches after its reads of
-// exchange e - 2's warp partials (one slot would race: warp 0 reads exchange e - 1's after that
-// barrier, and nothing holds the other warps back before they write exchange e's). After the last
+// after the CTA barrier of exchange e - 1, which the last warp reaches after its reads of
+// exchange e - 2's warp partials (one slot would race: the last warp reads exchange e - 1's after
+// that barrier, and nothing holds the other warps back before they write exchange e's). After the last
 // row a final cluster barrier keeps every CTA alive until the others have read its partial.
 //
 // Rows whose target is ignore_index (gradient 0) or out of range (NaN) read nothing, copy nothing
@@ -95,34 +104,28 @@ inline constexpr int kClusterThreads = detail::kLossClusterThreads;
 inline constexpr int kClusterVecs = detail::kLossClusterVecs;
 inline constexpr int kClusterMaxCtas = detail::kLossClusterMaxCtas;
 
-/// merge() with one exponential a step: the side with the larger max keeps its sum as is (its
-/// factor would be exp(0)), only the other side's is scaled; equal maxima (also both -inf, where
-/// exp(-inf - -inf) would be NaN) add the sums. Commutative bit for bit, as butterflies need:
-/// both orders pick the same larger side, and a tie is one addition. NaN and inf follow merge():
-/// a side whose max is +inf already has a NaN sum (its own exp(inf - inf)). `sums`: label
-/// smoothing's two plain sums are merged too (else they stay 0 and cost no shuffle).
-template <bool kFast, class M>
-__device__ __forceinline__ RowAcc<M> merge_one_exp(const RowAcc<M>& x, const RowAcc<M>& y, bool sums) {
-  const bool x_big = x.m >= y.m;
-  const M m = x_big ? x.m : y.m;
-  const M big_s = x_big ? x.s : y.s, small_s = x_big ? y.s : x.s, small_m = x_big ? y.m : x.m;
-  const M s = x.m == y.m ? x.s + y.s : big_s + small_s * lexp<kFast>(small_m - m);
-  return {m, s, sums ? x.a + y.a : x.a, sums ? x.b + y.b : x.b};
-}
-
-/// Merge of `v` over `width` lanes (a power of two) by an xor butterfly: merge_one_exp() is
-/// commutative bit for bit, so every lane of a group ends with the same bits.
+/// Merge of `v` over `width` lanes (a power of two): an xor butterfly of the maxima, then each
+/// lane scales its own sum to the group's maximum once (one exponential; none where its maximum is
+/// the group's, which also covers all -inf), then xor butterflies of the plain sums. Every step is
+/// commutative bit for bit, so every lane of a group ends with the same bits. A butterfly of
+/// (max, sum) pairs, merged at each level with one exponential for the side with the smaller
+/// maximum, issued ~4x the instructions (a compare, selects and an exponential a level; H200,
+/// [8192, 128256] bf16 fused: 1449 -> 1381 us). NaN and inf follow merge(): a lane whose maximum
+/// is +inf already has a NaN sum (its own exp(inf - inf)). `sums`: label smoothing's two plain
+/// sums are reduced too (else they stay 0 and cost no shuffle).
 template <bool kFast, class M>
 __device__ __forceinline__ RowAcc<M> butterfly(RowAcc<M> v, int width, bool sums) {
-  for (int o = width / 2; o > 0; o >>= 1) {
-    RowAcc<M> u{__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o), M(0), M(0)};
-    if (sums) {
-      u.a = __shfl_xor_sync(0xffffffffu, v.a, o);
-      u.b = __shfl_xor_sync(0xffffffffu, v.b, o);
+  M m = v.m;
+  for (int o = width / 2; o > 0; o >>= 1) m = lmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+  M s = v.m == m ? v.s : v.s * lexp<kFast>(v.m - m);
+  for (int o = width / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  M a = v.a, b = v.b;
+  if (sums)
+    for (int o = width / 2; o > 0; o >>= 1) {
+      a += __shfl_xor_sync(0xffffffffu, a, o);
+      b += __shfl_xor_sync(0xffffffffu, b, o);
     }
-    v = merge_one_exp<kFast>(v, u, sums);
-  }
-  return v;
+  return {m, s, a, b};
 }
 
 /// Element e (a constant after unrolling) of a 16-byte vector of T held as raw words, widened.
@@ -187,6 +190,27 @@ __device__ __forceinline__ uint4 ld_segment(const uint4* s) {
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "r"(static_cast<unsigned>(__cvta_generic_to_shared(s))));
   return r;
+}
+
+/// One element of the segment (the target's), read as ld_segment reads vectors.
+template <class T>
+__device__ __forceinline__ T ld_segment_elem(const T* s) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(s));
+  T v;
+  if constexpr (sizeof(T) == 2) {
+    unsigned short b;
+    asm volatile("ld.volatile.shared.u16 %0, [%1];" : "=h"(b) : "r"(a));
+    memcpy(&v, &b, sizeof(v));
+  } else if constexpr (sizeof(T) == 4) {
+    unsigned b;
+    asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(b) : "r"(a));
+    memcpy(&v, &b, sizeof(v));
+  } else {
+    unsigned long long b;
+    asm volatile("ld.volatile.shared.u64 %0, [%1];" : "=l"(b) : "r"(a));
+    memcpy(&v, &b, sizeof(v));
+  }
+  return v;
 }
 
 /// (max, sum exp(x - max)) of the thread's kU segment vectors in buffer `sg`, in ONE pass over
@@ -394,9 +418,24 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
       __syncwarp();  // the barriers below are .aligned
     }
 
+    // 2.-3. The pending row's exchange first, in warp 0 alone: it waits for the barrier, reads the
+    // S partials through distributed shared memory, merges them in the fixed tree and leaves the
+    // total in row_tot for the CTA, while the other warps reduce this row (step 1 below) and meet
+    // it at the CTA barrier. (When every warp did its own reads and merge, the exchange cost 16x
+    // the DSMEM loads and shuffles a row; when warp 0 did it after the reduction, the whole CTA
+    // waited for its latency at a second barrier: H200, [8192, 128256] bf16 fused, 1381 -> 1260 us.)
+    if (pending && warp == 0) {
+      cluster_wait();
+      RowAcc<M> t = none;
+      const int r = lane & (width - 1);
+      if (r < ctas) t = *cluster.map_shared_rank(&cta_part[slot ^ 1], r);
+      t = butterfly<kFast>(t, width, smooth);
+      if (lane == 0) row_tot[slot ^ 1] = t;
+      __syncwarp();
+    }
+
     // 1. Reduce this row's segment once its copies landed (wait_group 1: all groups but the
-    // newest, row + K's, are complete): while the pending row's exchange is in flight.
-    RowAcc<M> part = none;  // the CTA's partial, in warp 0
+    // newest, row + K's, are complete).
     if (live) {
       cp_async_wait_group<1>();
       const uint4* sg = segments + buf * kBuf;
@@ -417,52 +456,40 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
         }
       }
       acc = butterfly<kFast>(acc, 32, smooth);
-      // warp_part[slot]'s previous readers (warp 0, two exchanges ago) read it before the CTA
-      // barrier of the previous exchange's reduction, which every thread of this CTA has passed.
+      // warp_part[slot]'s previous reader (the last warp, two exchanges ago) read it before the CTA
+      // barrier of the previous exchange, which every thread of this CTA has passed.
       if (lane == 0) warp_part[slot][warp] = acc;
-      __syncthreads();
-      if (warp == 0) {
-        part = lane < kWarps ? warp_part[slot][lane] : none;
-        part = butterfly<kFast>(part, kWarps, smooth);  // lane 0 merges lanes [0, kWarps)
-      }
     }
+    // The warp partials and the pending row's total to the CTA (live and pending are the same in
+    // every thread: the barrier is uniform). row_tot alternates between two slots like cta_part:
+    // slot e % 2 is rewritten for exchange e + 2, at the top of an iteration after the CTA barrier
+    // of exchange e + 1, which every warp passes after reading exchange e's total below.
+    if (live || pending) __syncthreads();
 
-    // 2.-3. The pending row's exchange: every thread waits (the barrier's protocol), warp 0 alone
-    // reads the S partials through distributed shared memory, merges them in the fixed tree and
-    // leaves the total in row_tot for the CTA (when every warp did its own reads and merge, the
-    // exchange cost 16x the DSMEM loads and shuffles a row, and their latency in every warp).
-    if (pending) {
-      cluster_wait();
-      if (warp == 0) {
-        RowAcc<M> t = none;
-        const int r = lane & (width - 1);
-        if (r < ctas) t = *cluster.map_shared_rank(&cta_part[slot ^ 1], r);
-        t = butterfly<kFast>(t, width, smooth);
-        if (lane == 0) row_tot[slot ^ 1] = t;
-        __syncwarp();
-      }
-    }
-
-    // This row's partial, published after the wait for the previous exchange (whose completion
-    // means every CTA read the exchange before it, this slot's previous contents), then the
-    // arrival (release) that makes it visible cluster-wide; nobody waits for it until the next
-    // iteration. Warp 0 arrives after its DSMEM reads of the previous exchange (above): a CTA
-    // overwrites that slot only after this barrier completes.
+    // This row's partial, merged and published by the last warp after its wait for the previous
+    // exchange (whose completion means every CTA read the exchange before it, this slot's previous
+    // contents), then every thread's arrival; nobody waits for it until the next iteration. The
+    // publishing warp arrives with release (its store of the partial) and so does warp 0 (after
+    // its DSMEM reads of the previous exchange: a CTA overwrites that slot only after this barrier
+    // completes); the other warps neither publish nor read remote memory and arrive relaxed (the
+    // release's memory barrier waits for the warp's outstanding gradient stores). A different
+    // warp than warp 0 merges, so warp 0, which did the exchange, starts its gradient sooner.
+    if (pending && warp != 0) cluster_wait();
     if (live) {
-      if (warp == 0 && lane == 0) cta_part[slot] = part;
-      __syncwarp();
-      cluster_arrive();
+      if (warp == kWarps - 1) {
+        RowAcc<M> part = lane < kWarps ? warp_part[slot][lane] : none;
+        part = butterfly<kFast>(part, kWarps, smooth);  // lane 0 merges lanes [0, kWarps)
+        if (lane == 0) cta_part[slot] = part;
+        __syncwarp();
+        cluster_arrive();
+      } else if (warp == 0) {
+        cluster_arrive();
+      } else {
+        cluster_arrive_relaxed();
+      }
     }
-
-    // The merged total to every warp: a CTA barrier after warp 0's store (the other warps wait
-    // here for warp 0's DSMEM reads instead of issuing their own). row_tot alternates between two
-    // slots like cta_part: slot e % 2 is rewritten for exchange e + 2, after the CTA barrier of
-    // exchange e + 1, which every warp passes after reading exchange e's total below.
     RowAcc<M> tot = none;
-    if (pending) {
-      __syncthreads();
-      tot = row_tot[slot ^ 1];
-    }
+    if (pending) tot = row_tot[slot ^ 1];
 
     // 4. The pending row's gradient, while this row's exchange is in flight: dx_c = A exp(x_c -
     // lse) - B w_c - [c == t] Ct (B: label smoothing), and the row's loss from the thread that
@@ -500,16 +527,21 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
             else
               o[e] -= B;
           }
-          if (static_cast<unsigned>(pt - j0) < static_cast<unsigned>(kV)) {
-            holds_t = true;
-#pragma unroll
-            for (int e = 0; e < kV; ++e)
-              if (j0 + e == pt) {
-                o[e] -= Ct;
-                xt = raw_elem<T>(r, e);
-              }
-          }
           store_converted<T, kV>(dr + j0, o);
+        }
+        // The target's element once more, after this thread's vector store of it (program order):
+        // the same operations, then - Ct. A test of every vector for the target cost a compare, a
+        // branch and a convergence barrier a vector in every thread for one thread's element.
+        if (pt >= lo && pt < hi && ((pt - lo) / kV) % kClusterThreads == tid) {
+          holds_t = true;
+          xt = load_as_opmath(ld_segment_elem<T>(reinterpret_cast<const T*>(sg) + (pt - lo)));
+          M o = A * ex(xt);
+          if constexpr (kWeighted)
+            o -= B * load_as_opmath(w[pt]);
+          else
+            o -= B;
+          o -= Ct;
+          dr[pt] = convert<T>(o);
         }
       };
       if (wsmooth)
