@@ -21,6 +21,7 @@ stream (codes + scales + zeros + x + y); target >= 3x torch at m = 1.
 from __future__ import annotations
 
 import argparse
+import json
 import fnmatch
 import os
 import sys
@@ -54,6 +55,7 @@ def parse_args(argv=None):
     p.add_argument("--out-dir", default=bench.RESULTS_DIR)
     p.add_argument("--tag", default="")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--render", metavar="JSON", help="print the markdown table of a saved .json (no GPU, no timing)")
     return p.parse_args(argv)
 
 
@@ -317,8 +319,60 @@ def run_w4a16(torch, _C, args, name):
     return row
 
 
+def render_md(info: dict, copy_bps: float, rows_out: list, numel: int) -> str:
+    """The results table (markdown) of a run: from the timed rows, or from a saved .json (--render)."""
+    headers = ["case", "shape", "MB moved", "baracuda µs", "torch µs", "compile µs", "vs torch", "vs compile",
+               "baracuda GB/s | TFLOP/s", "% copy BW", "target", "check", "SKU"]
+    table, missing = [], []
+    for r in rows_out:
+        if "error" in r:
+            table.append([r["case"], r["shape"], "error: " + r["error"]] + [""] * 10)
+            continue
+        b, t, cmp = r["baracuda_us"], r["torch_us"], r.get("compile_us")
+        if r["case"] == "quantized_linear":
+            tf = r["flops"] / (b * 1e-6) / 1e12
+            ok = t / b >= TARGET_LINEAR
+            table.append([r["case"], r["shape"], "-", f"{b:.1f}", f"{t:.1f}", "-", f"{t / b:.2f}x", "-",
+                          f"{tf:.0f} TFLOP/s", "-", f"{TARGET_LINEAR}x vs bf16 matmul", r["check"], r["sku"]])
+        elif r["case"] in W4A16_ROWS:
+            decode = W4A16_ROWS[r["case"]] <= 16
+            if decode:
+                gbs = r["bytes"] / (b * 1e-6) / 1e9
+                rate, pct = f"{gbs:.0f}", f"{100 * gbs * 1e9 / copy_bps:.0f}%"
+            else:
+                rate, pct = f"{r['flops'] / (b * 1e-6) / 1e12:.0f} TFLOP/s", "-"
+            target = f"{TARGET_W4A16_DECODE}x vs bf16 matmul" if r["case"] == "w4a16_decode" else "-"
+            ok = t / b >= TARGET_W4A16_DECODE if r["case"] == "w4a16_decode" else True
+            table.append([r["case"], r["shape"], f"{r['bytes'] / 1e6:.1f}", f"{b:.1f}", f"{t:.1f}", "-",
+                          f"{t / b:.2f}x", "-", rate, pct, target, r["check"], r["sku"]])
+        else:
+            gbs = r["bytes"] / (b * 1e-6) / 1e9
+            pct = 100 * r["bytes"] / (b * 1e-6) / copy_bps
+            ok = pct >= TARGET_PCT_BW
+            table.append([r["case"], r["shape"], f"{r['bytes'] / 1e6:.1f}", f"{b:.1f}", f"{t:.1f}",
+                          f"{cmp:.1f}" if cmp else r.get("compile_error", "-"), f"{t / b:.2f}x",
+                          f"{cmp / b:.2f}x" if cmp else "-", f"{gbs:.0f}", f"{pct:.0f}%", f">= {TARGET_PCT_BW:.0f}%",
+                          r["check"], r["sku"]])
+        if not ok:
+            missing.append(r["case"])
+    md = bench.md_header(f"baracuda quantization vs torch ({info['gpu']})", info, copy_bps, numel)
+    md += "\n\n" + bench.md_table(headers, table)
+    md += ("\n\nBytes: x read once + the quantized / dequantized output written once + scales (fp8 current "
+           "scaling reads x twice by design: amax, then the cast; its row is bounded near 60% of copy bandwidth). "
+           "torch = the eager composite of the same formula; W8A8 linear and W4A16 vs torch.matmul in bf16 (W4A16 decode: "
+           "MB of the int4 weight stream, GB/s and % of copy bandwidth).\n\nRows missing "
+           f"a target ({len(missing)}): " + ("; ".join(missing) or "none") + "\n")
+    return md
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.render:
+        with open(args.render) as f:
+            saved = json.load(f)
+        shape = tuple(int(v) for v in args.shape.split("x"))
+        print(render_md(saved["env"], saved["copy_bps"], saved["rows"], shape[0] * shape[1]), end="")
+        return
     baracuda, _C = bench.import_baracuda()
     import torch
     from baracuda import quant as Q
@@ -378,48 +432,8 @@ def main(argv=None):
         torch.cuda.empty_cache()
         rows_out.append(row)
 
-    headers = ["case", "shape", "MB moved", "baracuda µs", "torch µs", "compile µs", "vs torch", "vs compile",
-               "baracuda GB/s | TFLOP/s", "% copy BW", "target", "check", "SKU"]
-    table, missing = [], []
-    for r in rows_out:
-        if "error" in r:
-            table.append([r["case"], r["shape"], "error: " + r["error"]] + [""] * 10)
-            continue
-        b, t, cmp = r["baracuda_us"], r["torch_us"], r.get("compile_us")
-        if r["case"] == "quantized_linear":
-            tf = r["flops"] / (b * 1e-6) / 1e12
-            ok = t / b >= TARGET_LINEAR
-            table.append([r["case"], r["shape"], "-", f"{b:.1f}", f"{t:.1f}", "-", f"{t / b:.2f}x", "-",
-                          f"{tf:.0f} TFLOP/s", "-", f"{TARGET_LINEAR}x vs bf16 matmul", r["check"], r["sku"]])
-        elif r["case"] in W4A16_ROWS:
-            decode = W4A16_ROWS[r["case"]] <= 16
-            if decode:
-                gbs = r["bytes"] / (b * 1e-6) / 1e9
-                rate, pct = f"{gbs:.0f}", f"{100 * gbs * 1e9 / copy_bps:.0f}%"
-            else:
-                rate, pct = f"{r['flops'] / (b * 1e-6) / 1e12:.0f} TFLOP/s", "-"
-            target = f"{TARGET_W4A16_DECODE}x vs bf16 matmul" if r["case"] == "w4a16_decode" else "-"
-            ok = t / b >= TARGET_W4A16_DECODE if r["case"] == "w4a16_decode" else True
-            table.append([r["case"], r["shape"], f"{r['bytes'] / 1e6:.1f}", f"{b:.1f}", f"{t:.1f}", "-",
-                          f"{t / b:.2f}x", "-", rate, pct, target, r["check"], r["sku"]])
-        else:
-            gbs = r["bytes"] / (b * 1e-6) / 1e9
-            pct = 100 * r["bytes"] / (b * 1e-6) / copy_bps
-            ok = pct >= TARGET_PCT_BW
-            table.append([r["case"], r["shape"], f"{r['bytes'] / 1e6:.1f}", f"{b:.1f}", f"{t:.1f}",
-                          f"{cmp:.1f}" if cmp else r.get("compile_error", "-"), f"{t / b:.2f}x",
-                          f"{cmp / b:.2f}x" if cmp else "-", f"{gbs:.0f}", f"{pct:.0f}%", f">= {TARGET_PCT_BW:.0f}%",
-                          r["check"], r["sku"]])
-        if not ok:
-            missing.append(r["case"])
+    md = render_md(info, copy_bps, rows_out, shape[0] * shape[1])
     slug = bench.gpu_slug(info["gpu"])
-    md = bench.md_header(f"baracuda quantization vs torch ({info['gpu']})", info, copy_bps, shape[0] * shape[1])
-    md += "\n\n" + bench.md_table(headers, table)
-    md += ("\n\nBytes: x read once + the quantized / dequantized output written once + scales (fp8 current "
-           "scaling reads x twice by design: amax, then the cast; its row is bounded near 60% of copy bandwidth). "
-           "torch = the eager composite of the same formula; W8A8 linear and W4A16 vs torch.matmul in bf16 (W4A16 decode: "
-           "MB of the int4 weight stream, GB/s and % of copy bandwidth).\n\nRows missing "
-           f"a target ({len(missing)}): " + ("; ".join(missing) or "none") + "\n")
     print(md)
     if not args.no_write:
         paths = bench.write_results(f"quant-{slug}{args.tag}", md, {"env": info, "copy_bps": copy_bps,
