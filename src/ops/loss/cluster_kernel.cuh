@@ -61,9 +61,9 @@
 //      instructions an element (widen, FFMA, ex2, FFMA, half a paired F2FP conversion) and no
 //      predicated-off weight loads.
 //
-// H200, [8192, 128256] bf16, this order and butterfly: 1260 us, against 1449 us for an exchange
-// after the reduction with a second CTA barrier and pairwise-merging butterflies; a copy of the
-// same bytes takes 990 us. (Partials exchanged through global memory instead of DSMEM, which lets
+// H200, [8192, 128256] bf16, this order, butterfly and per-CTA row coefficients: 1248 us, against
+// 1449 us for an exchange after the reduction with a second CTA barrier, pairwise-merging
+// butterflies and the coefficients in every thread; a copy of the same bytes takes 990 us. (Partials exchanged through global memory instead of DSMEM, which lets
 // all 264 CTA slots run instead of the 240 that clusters of 8 co-schedule: 1356 us for S = 8,
 // 832 us instead of 896 for S = 10; not taken.)
 //
@@ -443,8 +443,8 @@ __global__ void __launch_bounds__(kClusterThreads, sizeof(T) == 8 ? 1 : 2) class
 
     // 2.-3. The pending row's exchange first, in warp 0 alone: it waits for the barrier, reads the
     // S partials through distributed shared memory, merges them in the fixed tree and leaves the
-    // total in row_tot for the CTA, while the other warps reduce this row (step 1 below) and meet
-    // it at the CTA barrier. (When every warp did its own reads and merge, the exchange cost 16x
+    // row's coefficients in row_tot for the CTA, while the other warps reduce this row (step 1
+    // below) and meet it at the CTA barrier. (When every warp did its own reads and merge, the exchange cost 16x
     // the DSMEM loads and shuffles a row; when warp 0 did it after the reduction, the whole CTA
     // waited for its latency at a second barrier: H200, [8192, 128256] bf16 fused, 1381 -> 1260 us.)
     if (pending && warp == 0) {
