@@ -823,6 +823,10 @@ int64_t elem_grid(int64_t numel, bool vec, int es, int per_thread = 1) {
   return std::clamp<int64_t>((units + step - 1) / step, 1, detail::kQuantMaxGrid);
 }
 /// The elementwise kernel's grid: its 16-byte variant takes kQuantUnroll units a thread a step.
+/// The variants that take 2 x kQuantUnroll (detail::quant_elem_unroll) get the same grid: below
+/// the kQuantMaxGrid cap (16.8M 16-bit elements) up to half of their CTAs find no unit and exit at
+/// the loop's first test (a grid-stride loop: any grid gives the same result). Sizing it from
+/// quant_elem_unroll is the better grid but a launch change not yet run on a GPU.
 int64_t elementwise_grid(int64_t numel, bool vec, int es) {
   return elem_grid(numel, vec, es, vec ? detail::kQuantUnroll : 1);
 }

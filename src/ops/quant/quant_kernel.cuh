@@ -799,7 +799,7 @@ inline constexpr bool kFastUnitOp = kOp == QuantElemOp::quant_fw ||
 
 /// One unit (kUnit consecutive elements) of the elementwise kernel: its loaded inputs, then the
 /// element loop and the stores. Split so that the vectorized variant issues the loads of
-/// kQuantUnroll units (and, when a unit's elements share one scale, that scale and zero point)
+/// kElemUnroll units (and, when a unit's elements share one scale, that scale and zero point)
 /// before it waits on any of them.
 template <class T, class Q, QuantElemOp kOp, ElemMode kMode>
 struct ElemUnit {
@@ -1041,19 +1041,10 @@ struct ElemUnit {
 template <class T, QuantElemOp kOp, ElemMode kMode>
 inline constexpr int kElemMinBlocks = kMode != ElemMode::strided&& kFastUnitOp<T, kOp> ? detail::kQuantMinBlocks : 1;
 
-/// Units a thread of the 16-byte variants takes a step. 16-bit fp8 quantize with one scale a unit
-/// and every 16-bit dequantize forward take 4 (64 bytes of input in flight a thread, no spills at
-/// 64 registers; fp8 quantize with per-element scales spills 36 bytes at 4): H200,
-/// [16384, 4096] bf16, fp8 per-tensor quantize 68.1 -> 64.2 us, int8 per-channel dequantize 61.6
-/// -> 57.9 us. Integer quantize keeps 2: its exact rounding (quant_magic, the tie check) needs
-/// ~80 registers, and 4 units spill 208 bytes under the 4-CTA bound (per-channel int8 76.8 ->
-/// 100.0 us; 4 units at 2 CTAs an SM 92.8 us).
+/// Units a thread of the 16-byte variants takes a step (see quant_elem_unroll).
 template <class T, class Q, QuantElemOp kOp, ElemMode kMode>
 inline constexpr int kElemUnroll =
-    sizeof(T) == 2 && (kOp == QuantElemOp::dequant_fw ||
-                       (kOp == QuantElemOp::quant_fw && kFp8<Q> && kMode == ElemMode::vec_uniform))
-        ? 2 * detail::kQuantUnroll
-        : detail::kQuantUnroll;
+    detail::quant_elem_unroll(static_cast<int>(sizeof(T)), kOp, kFp8<Q>, kMode == ElemMode::vec_uniform);
 
 template <class T, class Q, QuantElemOp kOp, ElemMode kMode>
 __global__ void __launch_bounds__(detail::kQuantBlock, (kElemMinBlocks<T, kOp, kMode>))

@@ -79,9 +79,22 @@ inline constexpr int kQuantBlock = 256;
 /// 16-byte loads in flight per SM with two units a thread.
 inline constexpr int kQuantMinBlocks = 4;
 inline constexpr int64_t kQuantMaxGrid = 4096;
-/// Units a thread of the elementwise kernel's 16-byte variant takes a step (two 16-byte loads per
-/// input in flight); a CTA's step is kQuantUnroll x kQuantBlock consecutive units.
+/// Units a thread of the elementwise kernel's 16-byte variants takes a step (two 16-byte loads per
+/// input in flight); a CTA's step is that many x kQuantBlock consecutive units. The base count;
+/// quant_elem_unroll doubles it where measured faster.
 inline constexpr int kQuantUnroll = 2;
+/// Units a thread of the 16-byte variants takes a step, for fp_bytes-byte inputs: 16-bit dequantize
+/// forward and 16-bit fp8 quantize forward with one scale a unit take 2 x kQuantUnroll (64 bytes of
+/// input in flight a thread, no spills at 64 registers; fp8 quantize with per-element scales spills
+/// 36 bytes at 4): H200, [16384, 4096] bf16, fp8 per-tensor quantize 68.1 -> 64.2 us, int8
+/// per-channel dequantize 61.6 -> 57.9 us. Integer quantize keeps kQuantUnroll: its exact rounding
+/// (quant_magic, the tie check) needs ~80 registers, and 4 units spill 208 bytes under the 4-CTA
+/// bound (per-channel int8 76.8 -> 100.0 us; 4 units at 2 CTAs an SM 92.8 us).
+constexpr int quant_elem_unroll(int fp_bytes, QuantElemOp op, bool fp8_codes, bool unit_scale) {
+  return fp_bytes == 2 && (op == QuantElemOp::dequant_fw || (op == QuantElemOp::quant_fw && fp8_codes && unit_scale))
+             ? 2 * kQuantUnroll
+             : kQuantUnroll;
+}
 /// Amax partials when the amax kernel reduces x on its own.
 inline constexpr int64_t kQuantAmaxGrid = 1024;
 /// dynamic per-token: most threads per row (one CTA), and the 16-byte vectors a thread holds when
