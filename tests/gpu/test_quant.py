@@ -136,6 +136,65 @@ def test_quantize_per_channel_vs_torch(qdt, dt, axis):
         same_bytes(y, ref_q.dequantize(), f"dequantize_per_channel axis={axis}")
 
 
+# The 16-byte kernel's whole-step loop (a CTA step is 512 or 1024 units of 8 16-bit elements) and its
+# tail, with ties, odd zero points and "round" scales (0.01, 0.1: quotients near ties), a power of two
+# and random ones: the bracketing reciprocals (QParams::inv_lo) must flag every tie.
+@pytest.mark.sanitizer
+@pytest.mark.parametrize("qdt", [torch.quint8, torch.qint8])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("scale", [0.01, 0.1, 0.0625, 3.7e-3, 0.0123457])
+def test_quantize_whole_steps_vs_torch(qdt, dt, scale):
+    zp = 7 if qdt == torch.quint8 else -3
+    x = with_ties(randn((37, 4104), dt, "qws", dt, scale=scale * 60), scale)
+    x[5, :4] = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0]).to(dt)
+    ref_q = torch.quantize_per_tensor(x.float(), scale, zp, qdt)
+    got = Q.quantize_per_tensor(x, scale, zp, qdt)
+    same_bytes(got, ref_q.int_repr(), f"quantize_per_tensor whole steps {dt} {qdt} {scale}")
+    not_degenerate(got.to(torch.int32) - zp, "quantize whole steps")
+    g = gen("qws-s", dt, scale)
+    scales = (torch.rand(37, generator=g) * scale + scale * 0.5).float().to(DEV)
+    scales[::3] = scale  # rows of the round scale, with ties
+    zps = torch.randint(-9, 10, (37,), generator=g).to(DEV) + (30 if qdt == torch.quint8 else 0)
+    ref_c = torch.quantize_per_channel(x.float(), scales.double(), zps, 0, qdt)
+    got_c = Q.quantize_per_channel(x, scales, zps, 0, qdt)
+    same_bytes(got_c, ref_c.int_repr(), f"quantize_per_channel whole steps {dt} {qdt} {scale}")
+    same_bytes(Q.dequantize_per_channel(got_c, scales, zps, 0, qdt), ref_c.dequantize(), "dequantize whole steps")
+
+
+@pytest.mark.sanitizer
+@pytest.mark.skipif(not HAS_FP8, reason="torch without float8 dtypes")
+@pytest.mark.parametrize("f8", FP8)
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("scale", [1.0, 0.0625, 0.01, 1 / 3, 0.37, 0.011928, 3.0])
+def test_fp8_rounding_boundaries(f8, dt, scale):
+    """fp8 quantize where x / s sits on, or within an ulp of, fp8 rounding boundaries (the midpoints
+    between fp8 values, and the subnormal ones), for power-of-two, "round" and random scales: the
+    kernel's bracketing products must agree with torch's (x.float() / s) wherever they do not flag."""
+    M = FP8_MAX[str(f8).split(".")[-1]]
+    mant = 3 if f8 == torch.float8_e4m3fn else 2
+    g = gen("fp8b", f8, dt, scale)
+    n = 3 * 8192 + 13
+    e = torch.randint(-12, 9, (n,), generator=g).double()
+    m = torch.randint(0, 2 ** mant, (n,), generator=g).double()
+    mid = (1 + (m + 0.5) / 2 ** mant) * torch.exp2(e)  # midpoints between neighbours (normal and below)
+    sign = torch.randint(0, 2, (n,), generator=g).double() * 2 - 1
+    x = (sign * mid * scale).to(dt)  # the boundary times s, rounded to dt: on it or an ulp away
+    step = torch.randint(-2, 3, (n,), generator=g)
+    xi = x.view(torch.int16 if dt != torch.float32 else torch.int32)
+    x = (xi + step.to(xi.dtype)).view(dt)  # and up to two ulps of dt either side
+    x[::7] = randn((x[::7].numel(),), dt, "fp8b-r", f8, dt, scale=scale * 40).cpu()
+    x = x.to(DEV)
+    ref = (x.float() / torch.tensor(scale, dtype=torch.float32, device=DEV)).clamp(-M, M).to(f8)
+    got = Q.quantize_per_tensor(x, torch.tensor([scale], device=DEV), None, f8)
+    same_bytes(got, ref, f"fp8 boundaries {f8} {dt} s={scale}")
+    rows = x[: 3 * 8192].reshape(24, 1024)
+    sc = torch.full((24,), scale, dtype=torch.float32)
+    sc[1::2] = (torch.rand(12, generator=g) + 0.5).float() * scale
+    sc = sc.to(DEV)
+    got_c = Q.quantize_per_channel(rows, sc, None, 0, f8)
+    same_bytes(got_c, (rows.float() / sc[:, None]).clamp(-M, M).to(f8), f"fp8 boundaries per_channel {f8} {dt}")
+
+
 # ---- per-token, per-group, int4 (upcast reference, exact) --------------------------------------------------
 @pytest.mark.parametrize("q", ["int8", "uint8", "int4", "uint4"])
 @pytest.mark.parametrize("dt", FLOATS)

@@ -267,7 +267,7 @@ TEST(LossLinear, ChunksAndWorkspace) {
   auto f = LossPlan::select(kTarget, lce(DType::bf16, 8192, 4096, 128256));
   ASSERT_TRUE(f.ok()) << f.message();
   EXPECT_EQ(f->config().cluster, 0);
-  EXPECT_EQ(f->config().tpr, 512);
+  EXPECT_EQ(f->config().tpr, 64) << "the loss alone: 64 threads a row (kClassLossOnlyMaxTpr)";
   // A caller's chunk: 2049 tokens in chunks of 512 (four full, one of 1 token).
   auto c = LossPlan::select(kTarget, lce(DType::f32, 2049, 64, 129, Reduction::sum, Direction::Forward, true, 512));
   ASSERT_TRUE(c.ok()) << c.message();
@@ -614,8 +614,13 @@ TEST(LossSelect, Preferences) {
 // ---- launch shape, partition, workspace --------------------------------------------------------------
 TEST(LossConfig, ShapeFollowsClasses) {
   auto cfg = [](LossDesc d) { return LossPlan::select(kTarget, d)->config(); };
-  EXPECT_EQ(cfg(ce(DType::bf16, Shape::of({8192, 128256}))).tpr, 512);
-  EXPECT_EQ(cfg(ce(DType::bf16, Shape::of({8192, 128256}))).block, 512);
+  // The loss alone: at most 64 threads a row; the backward (and the fused gradient past a cluster)
+  // up to 512.
+  EXPECT_EQ(cfg(ce(DType::bf16, Shape::of({8192, 128256}))).tpr, 64);
+  EXPECT_EQ(cfg(ce(DType::bf16, Shape::of({8192, 128256}))).block, 64);
+  const auto ce_bw = ce(DType::bf16, Shape::of({8192, 128256}), Reduction::mean, Direction::Backward);
+  EXPECT_EQ(cfg(ce_bw).tpr, 512);
+  EXPECT_EQ(cfg(ce_bw).block, 512);
   EXPECT_EQ(cfg(ce(DType::bf16, Shape::of({64, 1000}))).tpr, 32);  // 32 bf16 a thread
   EXPECT_EQ(cfg(ce(DType::bf16, Shape::of({64, 1000}))).block, 128);
   EXPECT_EQ(cfg(ce(DType::f32, Shape::of({64, 1000}))).tpr, 64);  // 16 f32 a thread
@@ -626,7 +631,7 @@ TEST(LossConfig, ShapeFollowsClasses) {
   auto nb = LossDesc::nll_loss(DType::bf16, Shape::of({64, 128256}), DType::s64, false, Reduction::mean, -100,
                                Direction::Backward);
   EXPECT_EQ(cfg(nb).tpr, 512);
-  EXPECT_EQ(LossPlan::select(kTarget, ce(DType::bf16, Shape::of({8192, 128256})))->sku().layout, "cta-rows(tpr=512)");
+  EXPECT_EQ(LossPlan::select(kTarget, ce(DType::bf16, Shape::of({8192, 128256})))->sku().layout, "cta-rows(tpr=64)");
 }
 
 /// The fused forward over class indices: a thread-block cluster a row where one CTA (512 threads x

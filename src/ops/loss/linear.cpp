@@ -127,7 +127,8 @@ Result<std::shared_ptr<const LinearCe>> LinearCe::select(const Target& target, c
   // The cross-entropy kernel of a chunk: cross_entropy's launch shape for V classes (the cluster
   // kernel when the gradient is fused and a row spans 2..16 CTAs on sm_90).
   LossPlan::Config& c = p->cfg_;
-  const ClassShape shape = class_launch_shape(dt, V, p->grads_, target.sm, p->allow_vectorized_ && V % vec == 0);
+  const ClassShape shape =
+      class_launch_shape(dt, V, p->grads_, !p->grads_, target.sm, p->allow_vectorized_ && V % vec == 0);
   c.tpr = shape.tpr;
   c.block = shape.block;
   c.cluster = shape.cluster;

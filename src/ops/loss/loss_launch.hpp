@@ -59,15 +59,16 @@ inline constexpr int kLossClusterVecs = 4;
 inline constexpr int kLossClusterMaxCtas = 16;
 
 /// The launch shape of a class row (LossPlan::Config's tpr, block, cluster): a function of the
-/// problem only (dtype, classes, whether the forward fuses the gradient of class-index targets, the
-/// architecture, whether 16-byte vectors are allowed). Shared by cross_entropy / nll_loss and the
+/// problem only (dtype, classes, whether the forward fuses the gradient of class-index targets or
+/// computes their loss alone, the architecture, whether 16-byte vectors are allowed). Shared by cross_entropy / nll_loss and the
 /// chunks of linear_cross_entropy.
 struct ClassShape {
   int tpr = 32;
   int block = 128;
   int cluster = 0;
 };
-ClassShape class_launch_shape(DType dtype, int64_t classes, bool fused_index_grad, int sm, bool allow_vectorized);
+ClassShape class_launch_shape(DType dtype, int64_t classes, bool fused_index_grad, bool index_loss_only, int sm,
+                              bool allow_vectorized);
 
 /// What class_run launches: the kernels before the rows (the fused gradient's mean divisor, the
 /// class weights' total), the row kernel, the reduction after the rows. cross_entropy / nll_loss

@@ -560,6 +560,11 @@ RowsWorkspace rows_workspace(const LossDesc& d, const Shape& bcast, int64_t rows
 /// vectors of 16 / sizeof(T)).
 constexpr int kClassUnroll = 4;
 constexpr int kClassMaxTpr = 512;
+/// The loss alone over class indices (no gradient): the row streams through once, so more rows a
+/// CTA in flight beat wider groups a row. H200, bf16, threads a row 512 / 256 / 128 / 64:
+/// [4096, 32000] 115.6 / 84.8 / 77.9 / 75.0 us, [8192, 128256] 564.8 / 512.5 / 495.5 / 494.3 us
+/// (the driver of bench/results/h200-experiments-2026-11-28j.md).
+constexpr int kClassLossOnlyMaxTpr = 64;
 /// Rows at least this many take the column mapping when the class axis is strided (one thread a
 /// row; below it too few threads would run). A fixed number: the launch shape never depends on
 /// the device.
@@ -572,14 +577,14 @@ int pow2_at_least(int64_t v, int cap) {
 }
 }  // namespace
 
-detail::ClassShape detail::class_launch_shape(DType dtype, int64_t classes, bool fused_index_grad, int sm,
-                                              bool allow_vectorized) {
+detail::ClassShape detail::class_launch_shape(DType dtype, int64_t classes, bool fused_index_grad,
+                                              bool index_loss_only, int sm, bool allow_vectorized) {
   ClassShape s;
   // A group holds kClassUnroll 16-byte vectors a thread per chunk; rows up to a chunk of 512
-  // threads are read in one chunk.
+  // threads (64 for the loss alone) are read in one chunk.
   const int vec = 16 / size_in_bytes(dtype);
   const int64_t items = int64_t(kClassUnroll) * vec;
-  s.tpr = pow2_at_least((classes + items - 1) / items, kClassMaxTpr);
+  s.tpr = pow2_at_least((classes + items - 1) / items, index_loss_only ? kClassLossOnlyMaxTpr : kClassMaxTpr);
   s.block = s.tpr > 32 ? s.tpr : 128;
   // The fused forward over class indices of a row longer than one CTA holds: a thread-block
   // cluster a row keeps it on chip (cluster_kernel.cuh), so it is read once; sm_90+ only. Rows
@@ -663,7 +668,8 @@ Result<LossPlan> LossPlan::select(const Target& target, const LossDesc& desc, co
     p.rows_ = row_shape(x).numel();
     p.loss_shape_ = reduced ? Shape{} : row_shape(x);
     const detail::ClassShape shape = detail::class_launch_shape(
-        desc.dtype, p.classes_, ce && !bw && desc.fused_grad && !probs, target.sm, p.allow_vectorized_);
+        desc.dtype, p.classes_, ce && !bw && desc.fused_grad && !probs, ce && !bw && !desc.fused_grad && !probs,
+        target.sm, p.allow_vectorized_);
     c.tpr = shape.tpr;
     c.block = shape.block;
     c.cluster = shape.cluster;

@@ -19,8 +19,10 @@
 //
 // Bit-exactness notes (see quant.hpp for the formulas): the fast paths compute torch's results
 // exactly, not approximately: integer quantize rounds x * (1 / s) with a magic-number FMA and checks
-// its distance to a tie (quant_magic), falling back to the double division; fp8 quantize gets the
-// correctly rounded quotient from the reciprocal (fp8_quot); integer dequantize multiplies in
+// its distance to a tie (quant_magic; the 16-byte units: two FMAs with reciprocals bracketing 1 / s,
+// QParams::inv_lo), falling back to the double division; fp8 quantize gets the correctly rounded
+// quotient from the reciprocal (fp8_quot), or where that cannot change the code, the code of
+// bracketing products (quant_unit); integer dequantize multiplies in
 // float where the double product would round to the same float (dq_f32). The other arithmetic
 // mirrors ATen's kernels operation by operation, including where nvcc contracts a multiply-add into
 // an FMA (fake_quantize per-channel's `x * inv_scale + zero_point`), and uses the same float ->
@@ -60,7 +62,9 @@ __device__ __forceinline__ void load_bytes(const void* src, void* dst) {
 }
 template <int N>
 __device__ __forceinline__ void store_bytes(void* dst, const void* src) {
-  using W = typename Word<N>::type;
+  // 8 bytes as two 32-bit registers: through a 64-bit integer, nvcc rebuilt the codes of a unit
+  // byte by byte (12 shifts and permutes a unit).
+  using W = cuda::std::conditional_t<N == 8, uint2, typename Word<N>::type>;
   W w;
   memcpy(&w, src, N);
   *reinterpret_cast<W*>(dst) = w;
@@ -204,6 +208,15 @@ struct QParams {
   float cz = 0.f;         ///< 1.5 * 2^23 + zp (quant_magic)
   bool dq_f32 = false;    ///< integer dequantize may multiply in float (float scale, small zero point)
   bool div_fast = false;  ///< fp8_quot's corrected reciprocal is exact for this scale
+  /// inv two ulps below and above (in magnitude): x * inv_lo and x * inv_hi bracket x / s strictly
+  /// for every x != 0 (also for a host double scale: float(s) and RN(1 / float(s)) are within 1.5
+  /// ulps of 1 / s together). inv_exact: s is a power of two, so x * inv is x / s exactly.
+  float inv_lo = 1.f, inv_hi = 1.f;
+  bool inv_exact = false;
+  /// fp8: inv is not within 4 ulps of a number of 12 significant bits. Scales such as 0.01 or 1/3
+  /// put bf16 quotients within 2^-22 of an fp8 rounding boundary in ~1% of the elements (most
+  /// warps then need the corrected quotient anyway); these take it directly.
+  bool bracket = false;
   /// Dynamic symmetric rows: s = amax / q_scale_max > 0 from a finite amax, so every element has
   /// |x * inv| <= q_scale_max (1 + 2^-21): rint_quot needs neither its range check nor the
   /// scale's sign.
@@ -232,6 +245,12 @@ __device__ __forceinline__ void finish_qparams(const QuantLaunch& p, QParams& q)
   // fp8_quot: residuals stay normal and the quotient finite for every fp8-relevant x (see there).
   const float as = fabsf(q.s);
   q.div_fast = as >= 0x1p-60f && as <= 0x1p60f;
+  const uint32_t ib = __float_as_uint(q.inv);
+  q.inv_lo = __uint_as_float(ib - 2u);
+  q.inv_hi = __uint_as_float(ib + 2u);
+  q.inv_exact = (__float_as_uint(q.s) & 0x7fffffu) == 0u;  // with div_fast: a normal power of two
+  const uint32_t m = ib & 0x7ffu;  // the 11 mantissa bits below a 12-bit significand
+  q.bracket = m > 4u && m < 0x7fcu;
 }
 
 /// A unit's scale and zero point as stored (loaded with the unit's inputs, turned into QParams
@@ -605,11 +624,38 @@ __device__ __forceinline__ void quant_unit(const uint32_t (&a)[kRawWords<T, N>],
     bad = !q.div_fast;
     if (!bad) {
       uint32_t h[N / 2];
+      // Three ways to torch's code of RN(x / s), cheapest first. A power-of-two scale: x * inv is
+      // x / s exactly. Otherwise the codes of x * inv_lo and x * inv_hi, which bracket x / s: RN
+      // to float and the saturating fp8 rounding are monotonic, so where the two codes agree they
+      // are the code of RN(x / s). They differ only where an fp8 rounding boundary lies within
+      // ~2^-22 of x / s: ~1e-6 of bf16 elements for a scale such as amax / 448, but ~1% for a
+      // "round" one (0.01, 1/3: QParams::bracket is false), which takes the corrected quotient
+      // directly. H200, [16384, 4096] bf16 per-tensor: 1 or 2^-4 54 us, 0.011928 55 us, 0.01 59 us
+      // (the corrected quotient everywhere: 59 / 58 us).
+      bool done = false;
+      if (q.inv_exact) {
+#pragma unroll
+        for (int j = 0; j < N / 2; ++j)
+          h[j] = __nv_cvt_float2_to_fp8x2(make_float2(raw_f32<T>(a, 2 * j) * q.inv, raw_f32<T>(a, 2 * j + 1) * q.inv),
+                                          __NV_SATFINITE, kFp8Kind<Q>);
+        done = true;
+      } else if (q.bracket) {
+        uint32_t differ = 0;
+#pragma unroll
+        for (int j = 0; j < N / 2; ++j) {
+          const float x0 = raw_f32<T>(a, 2 * j), x1 = raw_f32<T>(a, 2 * j + 1);
+          h[j] = __nv_cvt_float2_to_fp8x2(make_float2(x0 * q.inv_lo, x1 * q.inv_lo), __NV_SATFINITE, kFp8Kind<Q>);
+          differ |= h[j] ^ __nv_cvt_float2_to_fp8x2(make_float2(x0 * q.inv_hi, x1 * q.inv_hi), __NV_SATFINITE, kFp8Kind<Q>);
+        }
+        done = differ == 0;
+      }
+      if (!done) {
 #pragma unroll
       for (int j = 0; j < N / 2; ++j)
         h[j] = __nv_cvt_float2_to_fp8x2(
             make_float2(fp8_quot_fast(raw_f32<T>(a, 2 * j), q), fp8_quot_fast(raw_f32<T>(a, 2 * j + 1), q)),
             __NV_SATFINITE, kFp8Kind<Q>);
+      }
 #pragma unroll
       for (int i = 0; i < kCodeWords<Q, N>; ++i)
         w[i] = 2 * i + 1 < N / 2 ? __byte_perm(h[2 * i], h[2 * i + 1], 0x5410) : (h[2 * i] & 0xffffu);
@@ -634,9 +680,21 @@ __device__ __forceinline__ void quant_unit(const uint32_t (&a)[kRawWords<T, N>],
       return;
     }
   } else {
+    // fma(x, inv_lo, cz) and fma(x, inv_hi, cz) bracket x / s + cz (QParams::inv_lo; the product is exact
+    // inside the FMA): where both round to the same float Y, x / s is strictly inside (k - 1/2,
+    // k + 1/2) for k = Y - cz, so Y holds rint(x / s) + zp (an exact tie, or a double quotient
+    // rounded onto one, makes them differ). Outside 1.5 * 2^23 +- 2^22 the grid is coarser, but
+    // there the code saturates at q_min / q_max anyway; NaN compares unequal. Flagged units (and
+    // zero points or scales outside the fast range: invm = inf) take the exact slow path.
+    bad = !(q.invm <= cuda::std::numeric_limits<float>::max());
     uint32_t c[N];
 #pragma unroll
-    for (int k = 0; k < N; ++k) c[k] = __float_as_uint(fminf(fmaxf(quant_magic(raw_f32<T>(a, k), q, bad), ylo), yhi));
+    for (int k = 0; k < N; ++k) {
+      const float xf = raw_f32<T>(a, k);
+      const float y = fmaf(xf, q.inv_lo, q.cz);
+      bad |= y != fmaf(xf, q.inv_hi, q.cz);
+      c[k] = __float_as_uint(fminf(fmaxf(y, ylo), yhi));
+    }
     if (!bad) {
       pack_codes<Q, N>(c, w);
       return;
@@ -833,9 +891,11 @@ struct ElemUnit {
     }
   }
 
+  /// kWhole: the caller knows the unit is whole (kVec only): no tail code.
+  template <bool kWhole = false, bool kConst = false>
   __device__ __forceinline__ void load(const QuantLaunch& p, int64_t u) {
     e0 = u * kUnit;
-    n = static_cast<int>(p.numel - e0 < kUnit ? p.numel - e0 : kUnit);
+    n = kWhole ? kUnit : static_cast<int>(p.numel - e0 < kUnit ? p.numel - e0 : kUnit);
     const bool full = kVec && n == kUnit;
     if constexpr (!kVec) {
 #pragma unroll
@@ -857,7 +917,7 @@ struct ElemUnit {
       }
     }
     if constexpr (kUnitScales) {
-      if (p.unit_uniform && !p.scale_const) {
+      if (!kConst && p.unit_uniform && !p.scale_const) {
         sidx = unit_scale_index(p, e0);
         raw = load_raw(p, sidx);
       }
@@ -1001,11 +1061,13 @@ struct ElemUnit {
   /// Everything after load(): the unit's scale (once per unit when they share one, else per
   /// element from its position), then fast() or the element loop. `last`/`q` carry the scale
   /// across units.
+  /// kConst: the caller knows the scale is the tensor's (p.scale_const).
+  template <bool kConst = false>
   __device__ __forceinline__ void finish(const QuantLaunch& p, int64_t& last, QParams& q, AbsMax<T>& am) {
     constexpr bool kFloatZp = kOp == QuantElemOp::fake_fw || kOp == QuantElemOp::fake_bw;
     if constexpr (kUnitScales) {
       if (kMode == ElemMode::vec_uniform || p.unit_uniform) {
-        if (!p.scale_const && sidx != last) {  // not per-tensor: device scales
+        if (!kConst && !p.scale_const && sidx != last) {  // not per-tensor: device scales
           q = make_qparams<kFloatZp, true>(p, raw);
           last = sidx;
         }
@@ -1065,7 +1127,29 @@ __global__ void __launch_bounds__(detail::kQuantBlock, (kElemMinBlocks<T, kOp, k
   // scale's derived fields (finish_qparams: a reciprocal and its margins) are computed once for
   // both, where units a grid stride apart changed scale at every unit.
   const int64_t span = kR * static_cast<int64_t>(blockDim.x);
-  for (int64_t b0 = blockIdx.x * span; b0 < units; b0 += gridDim.x * span) {
+  int64_t first = blockIdx.x * span;
+  if constexpr (U::kVec) {
+    // The CTA steps whose units are all whole: no bounds tests, no tail code (the step after the
+    // last of them, if any, takes the guarded loop below).
+    // Per-tensor scales get their own copy of the loop, without the per-unit scale state.
+    const int64_t whole_end = p.numel / U::kUnit / span * span;
+    auto whole = [&](auto const_scale) {
+      constexpr bool kConst = decltype(const_scale)::value;
+      for (; first < whole_end; first += gridDim.x * span) {
+        const int64_t u0 = first + threadIdx.x;
+        U unit[kR];
+#pragma unroll
+        for (int r = 0; r < kR; ++r) unit[r].template load<true, kConst>(p, u0 + r * blockDim.x);
+#pragma unroll
+        for (int r = 0; r < kR; ++r) unit[r].template finish<kConst>(p, last, q, am);
+      }
+    };
+    if (p.scale_const)
+      whole(cuda::std::true_type{});
+    else
+      whole(cuda::std::false_type{});
+  }
+  for (int64_t b0 = first; b0 < units; b0 += gridDim.x * span) {
     const int64_t u0 = b0 + threadIdx.x;
     U unit[kR];
 #pragma unroll
