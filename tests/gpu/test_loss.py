@@ -336,7 +336,10 @@ def test_fused_gradient(reduction, variant, dt):
     (g,) = torch.autograd.grad(out, xr, dy)
     out2, g2 = F.cross_entropy_with_grad(x, t, weight=w, ignore_index=ignore, reduction=reduction,
                                          label_smoothing=ls, grad_scale=dy if reduction == "none" else None)
-    close(out2, out.detach(), 0, 0, f"fused loss {reduction} {variant}")
+    # Not bit-equal: the loss alone reads a row with up to 64 threads, the fused kernel with up to 512
+    # (kClassLossOnlyMaxTpr), so the row sums are added in another order (last bits; one bf16 ulp).
+    lrt = 1e-6 if dt == torch.float32 else 2.0 ** -8
+    close(out2, out.detach(), lrt, 1e-7, f"fused loss {reduction} {variant}")
     close(g2, g, 1e-6, 1e-7, f"fused gradient {reduction} {variant}")
     xi = x.clone()
     _, g3 = F.cross_entropy_with_grad(xi, t, weight=w, ignore_index=ignore, reduction=reduction, label_smoothing=ls,
