@@ -900,9 +900,9 @@ TEST(LossLayout, Variants) {
   a.in[0] = ref_of(0, DType::bf16, Layout::contiguous({8192, 128256}));
   a.in[1] = ref_of(1, DType::s64, Layout::contiguous({8192}));
   a.out = mut_of(2, DType::bf16, Layout::contiguous({}));
-  EXPECT_EQ(p->layout_for(a), "cta-rows(tpr=512)-vec16");
+  EXPECT_EQ(p->layout_for(a), "cta-rows(tpr=64)-vec16");
   a.in[0] = ref_of(0, DType::bf16, Layout::contiguous({8192, 128256}), 2);  // misaligned by one element
-  EXPECT_EQ(p->layout_for(a), "cta-rows(tpr=512)-scalar");
+  EXPECT_EQ(p->layout_for(a), "cta-rows(tpr=64)-scalar");
   // [N, C, H, W]: a strided class axis over many positions takes the column mapping.
   auto img = LossPlan::select(kTarget, ce(DType::f32, Shape::of({64, 10, 8, 8})));
   a.in[0] = ref_of(0, DType::f32, Layout::contiguous({64, 10, 8, 8}));
