@@ -386,6 +386,21 @@ __device__ __forceinline__ float rint_quot(float xf, const QParams& q, bool& bad
   return rintf(h + (t == 0.f ? 0.f : (up ? 0.5f : -0.5f)));
 }
 
+/// kTieRule's bounded rows (QParams::bounded: s = amax / q_max > 0 from a finite amax, zero point 0,
+/// |x * inv| <= q_max (1 + 2^-21), and [q_min, q_max] holds every code, so no clamp): the code as the
+/// float 1.5 * 2^23 + rint(x / s) with FMA-pipe arithmetic only (rint_quot's two FRND run on the
+/// quarter-rate conversion pipe). h = rint(x * inv - 1/2) + 1/2 (the magic number) is a half-integer
+/// within 1 of x / s, so rint(x / s) is h - 1/2 or h + 1/2, on the side of h where x / s lies: the
+/// sign of t = h s - x, exact as in rint_quot; at t == 0 (a true tie) adding 1.5 * 2^23 (even) rounds
+/// h half to even, as rint does.
+__device__ __forceinline__ float rint_code_bounded(float xf, const QParams& q) {
+  constexpr float kM = 0x1.8p23f;
+  const float h = ((fmaf(xf, q.inv, -0.5f) + kM) - kM) + 0.5f;
+  const float t = fmaf(h, q.s, -xf);
+  const float a = t != 0.f ? copysignf(0.5f, t) : 0.f;
+  return (h - a) + kM;
+}
+
 __device__ __forceinline__ float quant_magic(float xf, const QParams& q, bool& bad) {
   const float y = fmaf(xf, q.inv, q.cz);
   const float k = y - q.cz;
@@ -613,7 +628,10 @@ static __device__ __noinline__ uint2 quant_unit_slow(uint4 raw, float s, float i
 /// elements, so some lane of a warp needs the slow path in about half of the units. Measured on H100
 /// ([16384, 4096] bf16 -> int8, random normal rows): the per-unit slow path ran at 52% of copy
 /// bandwidth (72% -> 92% for data without near-ties), the float rule taken only in the slow path
-/// at 56%, branch-free at 62% whatever the data (more instructions, no divergence).
+/// at 56%, branch-free at 62% whatever the data (more instructions, no divergence). The bounded
+/// rows (every symmetric dynamic row with a finite nonzero amax) take rint_code_bounded instead,
+/// without FRND or a clamp: H200, [16384, 4096] bf16 -> int8, per-group G = 128 73.5 -> 65.0-66.5 us,
+/// per-token 69.6 -> 61.4-62.1 us, identical codes and scales (h200-experiments-2026-11-28j.md).
 template <class T, class Q, int N, bool kTieRule = false>
 __device__ __forceinline__ void quant_unit(const uint32_t (&a)[kRawWords<T, N>], const QParams& q, float ylo, float yhi,
                                            const QuantLaunch& p, uint32_t (&w)[kCodeWords<Q, N>]) {
@@ -670,7 +688,8 @@ __device__ __forceinline__ void quant_unit(const uint32_t (&a)[kRawWords<T, N>],
             fminf(fmaxf(q.cz + rint_quot<decltype(bounded)::value>(raw_f32<T>(a, k), q, bad), ylo), yhi));
     };
     if (q.bounded) {  // bad stays false: no slow path to keep live
-      codes(cuda::std::true_type{});
+#pragma unroll
+      for (int k = 0; k < N; ++k) c[k] = __float_as_uint(rint_code_bounded(raw_f32<T>(a, k), q));
       pack_codes<Q, N>(c, w);
       return;
     }

@@ -260,7 +260,9 @@ __device__ __forceinline__ QParams row_qparams(float hi, float neg_lo, const Qua
     qp.zf = static_cast<float>(zp);
   } else {
     qp.s = scale_of(hi, p.q_scale_max, 1.f);
-    qp.bounded = hi > 0.f && hi <= cuda::std::numeric_limits<float>::max();  // scale_of's own scale
+    // scale_of's own scale, and codes that cannot leave [q_min, q_max] (rint_code_bounded: no clamp)
+    qp.bounded = hi > 0.f && hi <= cuda::std::numeric_limits<float>::max() &&
+                 static_cast<float>(p.q_min) <= -p.q_scale_max && static_cast<float>(p.q_max) >= p.q_scale_max;
   }
   finish_qparams(p, qp);
   return qp;
