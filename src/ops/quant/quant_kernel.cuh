@@ -218,8 +218,8 @@ struct QParams {
   /// warps then need the corrected quotient anyway); these take it directly.
   bool bracket = false;
   /// Dynamic symmetric rows: s = amax / q_scale_max > 0 from a finite amax, so every element has
-  /// |x * inv| <= q_scale_max (1 + 2^-21): rint_quot needs neither its range check nor the
-  /// scale's sign.
+  /// |x * inv| <= q_scale_max (1 + 2^-21), and [q_min, q_max] holds [-q_scale_max, q_scale_max]:
+  /// rint_code_bounded (no range check, no scale sign, no clamp).
   bool bounded = false;
 };
 
@@ -376,13 +376,12 @@ __device__ __forceinline__ float quant_tie(float xf, float s, float cz, float k,
 /// negative scales) and f32 x within 3 ulps of ties: 0 mismatches in 3.9e8.
 /// kBounded (QParams::bounded): the range check and the scale's sign test drop out (two of about a
 /// dozen instructions an element on an issue-bound kernel).
-template <bool kBounded = false>
 __device__ __forceinline__ float rint_quot(float xf, const QParams& q, bool& bad) {
   const float qf = xf * q.inv;
-  if constexpr (!kBounded) bad |= !(fabsf(qf) < 0x1p20f);  // NaN, inf, huge quotients: the double division
+  bad |= !(fabsf(qf) < 0x1p20f);  // NaN, inf, huge quotients: the double division
   const float h = floorf(qf) + 0.5f;
   const float t = fmaf(h, q.s, -xf);  // sign of h s - x, exact
-  const bool up = kBounded ? t < 0.f : (q.s > 0.f ? t < 0.f : t > 0.f);
+  const bool up = q.s > 0.f ? t < 0.f : t > 0.f;
   return rintf(h + (t == 0.f ? 0.f : (up ? 0.5f : -0.5f)));
 }
 
@@ -681,19 +680,15 @@ __device__ __forceinline__ void quant_unit(const uint32_t (&a)[kRawWords<T, N>],
     }
   } else if (kTieRule && !q.host && q.invm <= cuda::std::numeric_limits<float>::max()) {
     uint32_t c[N];
-    auto codes = [&](auto bounded) {
-#pragma unroll
-      for (int k = 0; k < N; ++k)
-        c[k] = __float_as_uint(
-            fminf(fmaxf(q.cz + rint_quot<decltype(bounded)::value>(raw_f32<T>(a, k), q, bad), ylo), yhi));
-    };
     if (q.bounded) {  // bad stays false: no slow path to keep live
 #pragma unroll
       for (int k = 0; k < N; ++k) c[k] = __float_as_uint(rint_code_bounded(raw_f32<T>(a, k), q));
       pack_codes<Q, N>(c, w);
       return;
     }
-    codes(cuda::std::false_type{});
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      c[k] = __float_as_uint(fminf(fmaxf(q.cz + rint_quot(raw_f32<T>(a, k), q, bad), ylo), yhi));
     if (!bad) {
       pack_codes<Q, N>(c, w);
       return;
