@@ -60,8 +60,8 @@ inline constexpr int kLossClusterMaxCtas = 16;
 
 /// The launch shape of a class row (LossPlan::Config's tpr, block, cluster): a function of the
 /// problem only (dtype, classes, whether the forward fuses the gradient of class-index targets or
-/// computes their loss alone, the architecture, whether 16-byte vectors are allowed). Shared by cross_entropy / nll_loss and the
-/// chunks of linear_cross_entropy.
+/// computes their loss alone, the architecture, whether 16-byte vectors are allowed). Shared by
+/// cross_entropy / nll_loss and the chunks of linear_cross_entropy.
 struct ClassShape {
   int tpr = 32;
   int block = 128;

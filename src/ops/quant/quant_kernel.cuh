@@ -374,8 +374,7 @@ __device__ __forceinline__ float quant_tie(float xf, float s, float cz, float k,
 /// its float -> int conversion. Checked on the host against the double division over every bf16 x
 /// for ~8000 scales (amax / 127, / 7, / 255 of random bf16 amax, random scales 2^-100..2^100,
 /// negative scales) and f32 x within 3 ulps of ties: 0 mismatches in 3.9e8.
-/// kBounded (QParams::bounded): the range check and the scale's sign test drop out (two of about a
-/// dozen instructions an element on an issue-bound kernel).
+/// The bounded rows (QParams::bounded) take rint_code_bounded instead.
 __device__ __forceinline__ float rint_quot(float xf, const QParams& q, bool& bad) {
   const float qf = xf * q.inv;
   bad |= !(fabsf(qf) < 0x1p20f);  // NaN, inf, huge quotients: the double division
@@ -668,10 +667,10 @@ __device__ __forceinline__ void quant_unit(const uint32_t (&a)[kRawWords<T, N>],
       }
       if (!done) {
 #pragma unroll
-      for (int j = 0; j < N / 2; ++j)
-        h[j] = __nv_cvt_float2_to_fp8x2(
-            make_float2(fp8_quot_fast(raw_f32<T>(a, 2 * j), q), fp8_quot_fast(raw_f32<T>(a, 2 * j + 1), q)),
-            __NV_SATFINITE, kFp8Kind<Q>);
+        for (int j = 0; j < N / 2; ++j)
+          h[j] = __nv_cvt_float2_to_fp8x2(
+              make_float2(fp8_quot_fast(raw_f32<T>(a, 2 * j), q), fp8_quot_fast(raw_f32<T>(a, 2 * j + 1), q)),
+              __NV_SATFINITE, kFp8Kind<Q>);
       }
 #pragma unroll
       for (int i = 0; i < kCodeWords<Q, N>; ++i)
